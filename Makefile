@@ -1,0 +1,54 @@
+# muxflow build entry point. Everything built lands under build/ (git-ignored):
+#   build/bin  — Go binaries (muxd, muxctl, muxflow-runtime, muxflow-hook, gpusimd, ...)
+#   build/lib  — C libraries (libxcuda.so, gpusim's fake libcuda.so.1, ...)
+# C parts are the folders that carry their own Makefile; each understands the
+# targets all, test, bench and clean, and the variable BUILD.
+
+BUILD   ?= $(CURDIR)/build
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/muxflow/muxflow/muxd/buildinfo.Version=$(VERSION)
+C_PARTS := $(patsubst %/Makefile,%,$(wildcard */Makefile))
+GOTEST_FLAGS ?= -count=1 -timeout 12m
+
+export BUILD
+
+.PHONY: all build go-build c-build test go-test c-test bench lint demo deps package clean
+
+all: build
+
+build: go-build c-build
+
+go-build:
+	@mkdir -p $(BUILD)/bin
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BUILD)/bin/ $$($(GO) list ./... | grep '/cmd/')
+
+c-build:
+	@for d in $(C_PARTS); do $(MAKE) -C $$d all BUILD=$(BUILD) || exit 1; done
+
+# deps installs what the tests need on a fresh Debian machine (CI runs as root).
+deps:
+	./tests/deps.sh
+
+test: deps build go-test c-test
+
+go-test:
+	MUXFLOW_BUILD=$(BUILD) $(GO) test $(GOTEST_FLAGS) ./...
+
+c-test:
+	@for d in $(C_PARTS); do $(MAKE) -C $$d test BUILD=$(BUILD) || exit 1; done
+
+bench: build
+	MUXFLOW_BUILD=$(BUILD) $(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	@for d in $(C_PARTS); do $(MAKE) -C $$d bench BUILD=$(BUILD) || exit 1; done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+demo: build
+	./tests/demo.sh
+
+clean:
+	rm -rf $(BUILD) dist
+	@for d in $(C_PARTS); do $(MAKE) -C $$d clean BUILD=$(BUILD); done
