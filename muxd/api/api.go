@@ -1,0 +1,216 @@
+// Package api defines the wire types of muxd's HTTP/JSON API (served on a unix socket under
+// the versioned prefix /v1) and the validation rules every request passes through. It is
+// shared by muxd, muxctl, the OCI hook and muxmatch so that all of them agree on one schema.
+//
+// Endpoints:
+//
+//	GET    /v1/node                      NodeInfo
+//	GET    /v1/gpus                      []GPU
+//	GET    /v1/containers                []Container
+//	POST   /v1/containers                RegisterRequest   -> Container (201; 200 if identical)
+//	GET    /v1/containers/{id}           Container
+//	POST   /v1/containers/{id}/start     StartRequest      -> Container
+//	DELETE /v1/containers/{id}                             -> 204
+//	GET    /v1/policy                    PolicyInfo
+//	POST   /v1/policy/reload                               -> PolicyInfo
+//
+// Errors are returned as an Error body with a 4xx/5xx status.
+package api
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Prefix is the versioned path prefix of every endpoint.
+const Prefix = "/v1"
+
+// DefaultSocket is where muxd listens unless the policy says otherwise.
+const DefaultSocket = "/run/muxflow/muxd.sock"
+
+// Class is the kind of workload a container runs.
+type Class string
+
+const (
+	// Online is latency-critical inference: it gets the GPU first.
+	Online Class = "online"
+	// Offline is best-effort training or batch work: it gets what online leaves.
+	Offline Class = "offline"
+)
+
+// ParseClass validates a class name as written in an annotation or a request.
+func ParseClass(s string) (Class, error) {
+	switch Class(s) {
+	case Online, Offline:
+		return Class(s), nil
+	}
+	return "", fmt.Errorf("class %q is not one of online, offline", s)
+}
+
+// ContainerState is where a registered container is in its life.
+type ContainerState string
+
+const (
+	// StateCreated: the runtime registered it at create time; no process yet.
+	StateCreated ContainerState = "created"
+	// StateRunning: the hook reported its host pid.
+	StateRunning ContainerState = "running"
+)
+
+// Limits are what muxd enforces on one container through its control block and MPS.
+type Limits struct {
+	// GPUMemory caps device memory per GPU, in bytes; 0 means no cap. Optional.
+	GPUMemory uint64 `json:"gpu_memory,omitempty"`
+	// SMPercent is the share of SMs (MPS active-thread percentage) the container may use,
+	// 1..100; 0 means the class default. Optional.
+	SMPercent int `json:"sm_percent,omitempty"`
+}
+
+// RegisterRequest is sent by muxflow-runtime on `create`, before the container has a process.
+type RegisterRequest struct {
+	// ID is the container id as the runtime knows it. Required, immutable; see ValidateID.
+	ID string `json:"id"`
+	// Class decides the container's protection and share. Required.
+	Class Class `json:"class"`
+	// GPUs lists the GPUs the container may use, as NVIDIA_VISIBLE_DEVICES writes them
+	// (indexes, UUIDs or "all"). Required, non-empty.
+	GPUs []string `json:"gpus"`
+	// Limits requested by annotations, already validated against policy by the runtime.
+	Limits Limits `json:"limits"`
+	// Namespace is the containerd namespace (k8s.io, moby, default...). Optional.
+	Namespace string `json:"namespace,omitempty"`
+	// Pod names the Kubernetes pod as "namespace/name", when known. Optional.
+	Pod string `json:"pod,omitempty"`
+}
+
+// StartRequest is sent by the OCI hook once the container's init process exists.
+type StartRequest struct {
+	// PID is the container's init process as seen from the host. Required, > 0.
+	PID int `json:"pid"`
+}
+
+// ControlPaths tells the runtime which host files to mount into the container.
+type ControlPaths struct {
+	// Dir is the container's private directory under the state directory.
+	Dir string `json:"dir"`
+	// Limits is the control-block file muxd writes (mounted read-only). Empty until
+	// libxcuda's control block is wired.
+	Limits string `json:"limits,omitempty"`
+	// Usage is the file libxcuda writes (mounted read-write).
+	Usage string `json:"usage,omitempty"`
+}
+
+// Container is one registered container as muxd stores and reports it.
+type Container struct {
+	RegisterRequest
+	State        ContainerState `json:"state"`
+	PID          int            `json:"pid,omitempty"`
+	Registered   time.Time      `json:"registered"`
+	Started      time.Time      `json:"started,omitzero"`
+	Control      ControlPaths   `json:"control"`
+	EffectiveSMs int            `json:"effective_sm_percent,omitempty"`
+}
+
+// GPU is one device in muxd's inventory.
+type GPU struct {
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	MemoryTotal uint64 `json:"memory_total"`
+	// Health is the monitor's state for this GPU (healthy, throttled, ...); "unknown"
+	// until the monitor has sampled it.
+	Health string `json:"health"`
+}
+
+// NodeInfo describes the node muxd runs on.
+type NodeInfo struct {
+	Hostname   string    `json:"hostname"`
+	Version    string    `json:"version"`
+	Started    time.Time `json:"started"`
+	GPUs       int       `json:"gpus"`
+	Containers int       `json:"containers"`
+	Policy     string    `json:"policy"`
+}
+
+// PolicyInfo reports the policy in force.
+type PolicyInfo struct {
+	// Source is the file the policy was loaded from, or "embedded default".
+	Source string    `json:"source"`
+	Loaded time.Time `json:"loaded"`
+	// TOML is the policy in force, re-encoded.
+	TOML string `json:"toml"`
+}
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// MaxIDLen bounds container ids; containerd and runc ids are far shorter in practice.
+const MaxIDLen = 128
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// ErrInvalid classifies request validation failures (HTTP 400).
+var ErrInvalid = errors.New("invalid request")
+
+// ValidateID accepts the ids runc accepts, minus anything that could act as a path:
+// letters, digits, '_', '.', '-', not starting with a separator-like character, no "..".
+func ValidateID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: container id is empty", ErrInvalid)
+	case len(id) > MaxIDLen:
+		return fmt.Errorf("%w: container id is %d bytes long, more than %d", ErrInvalid, len(id), MaxIDLen)
+	case !idPattern.MatchString(id):
+		return fmt.Errorf("%w: container id %q may hold only letters, digits, '_', '.' and '-', starting with a letter or digit", ErrInvalid, id)
+	}
+	return nil
+}
+
+var gpuPattern = regexp.MustCompile(`^(all|[0-9]{1,3}|GPU-[0-9a-fA-F-]{8,64}|MIG-[0-9a-zA-Z/-]{1,80})$`)
+
+// Validate checks a registration before anything is stored.
+func (r *RegisterRequest) Validate() error {
+	if err := ValidateID(r.ID); err != nil {
+		return err
+	}
+	if _, err := ParseClass(string(r.Class)); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if len(r.GPUs) == 0 {
+		return fmt.Errorf("%w: gpus is empty", ErrInvalid)
+	}
+	if len(r.GPUs) > 64 {
+		return fmt.Errorf("%w: gpus lists %d devices, more than 64", ErrInvalid, len(r.GPUs))
+	}
+	for _, g := range r.GPUs {
+		if !gpuPattern.MatchString(g) {
+			return fmt.Errorf("%w: gpu %q is not an index, a GPU-/MIG- UUID or \"all\"", ErrInvalid, truncate(g))
+		}
+	}
+	if r.Limits.SMPercent < 0 || r.Limits.SMPercent > 100 {
+		return fmt.Errorf("%w: limits.sm_percent %d is outside 0..100", ErrInvalid, r.Limits.SMPercent)
+	}
+	if len(r.Namespace) > 256 || len(r.Pod) > 512 {
+		return fmt.Errorf("%w: namespace or pod name is too long", ErrInvalid)
+	}
+	return nil
+}
+
+// Validate checks a start report.
+func (r *StartRequest) Validate() error {
+	if r.PID <= 0 || r.PID > 1<<22 {
+		return fmt.Errorf("%w: pid %d is not a valid process id", ErrInvalid, r.PID)
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}

@@ -1,0 +1,136 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDefaultParsesAndValidates(t *testing.T) {
+	p := Default()
+	if err := p.Validate(); err != nil {
+		t.Fatalf("default policy invalid: %v", err)
+	}
+	if p.Monitor.Period.D() != 100*time.Millisecond || p.Node.Socket != "/run/muxflow/muxd.sock" {
+		t.Errorf("unexpected defaults: period %v socket %q", p.Monitor.Period.D(), p.Node.Socket)
+	}
+	// The shipped file is the embedded default; re-encoding and parsing it again round-trips.
+	enc, err := p.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Parse([]byte(enc), "re-encoded")
+	if err != nil {
+		t.Fatalf("re-encoded default does not parse: %v\n%s", err, enc)
+	}
+	if diff := cmp.Diff(p, q); diff != "" {
+		t.Errorf("round trip changed the policy (-want +got):\n%s", diff)
+	}
+}
+
+func TestPartialFileKeepsDefaults(t *testing.T) {
+	p, err := Parse([]byte("[alloc]\nheadroom = \"20%\"\n"), "f.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Alloc.Headroom != 20 || p.Alloc.Mode != "dynamic" || p.Evict.Grace.D() != 10*time.Second {
+		t.Errorf("got headroom %v mode %q grace %v", p.Alloc.Headroom, p.Alloc.Mode, p.Evict.Grace.D())
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		want []string // substrings the one-sentence error must contain
+	}{
+		{"unknown key", "[node]\nbogus = 1\n", []string{"line 2", `unknown key "node.bogus"`}},
+		{"unknown section", "\n\n[nodes]\nsocket = \"/x\"\n", []string{"line 4", `"nodes.socket"`}},
+		{"wrong type", "[mps]\nenabled = \"yes\"\n", []string{"line 2", "mps.enabled", "incompatible types"}},
+		{"wrong type int for string", "[hook]\nruntime = 3\n", []string{"line 2", "hook.runtime"}},
+		{"bad duration", "[monitor]\nperiod = \"fast\"\n", []string{"line 2", "monitor.period", `"fast"`}},
+		{"negative duration", "[evict]\ngrace = \"-1s\"\n", []string{"evict.grace", "negative"}},
+		{"bad size unit", "[classes.offline]\nmemory_limit = \"8Gi\"\n", []string{"line 2", "memory_limit", "GiB"}},
+		{"size without unit", "[classes.offline]\nmemory_limit = 8\n", []string{"line 2", "needs a unit"}},
+		{"percent without sign", "[alloc]\nheadroom = \"10\"\n", []string{"line 2", "alloc.headroom", "%"}},
+		{"percent out of range", "[alloc]\nheadroom = \"120%\"\n", []string{"alloc.headroom", "outside"}},
+		{"range: headroom", "[alloc]\nheadroom = \"60%\"\n", []string{"line 2", "alloc.headroom", "at most 50%"}},
+		{"range: period", "[monitor]\nperiod = \"1ms\"\n", []string{"line 2", "monitor.period", "between 10ms"}},
+		{"relation: sm_min above sm_max", "[classes.offline]\nsm_min = \"95%\"\n", []string{"line 2", "classes.offline.sm_min", "above sm_max"}},
+		{"relation: temperatures", "[monitor]\nsoft_temperature = 95.0\n", []string{"line 2", "soft_temperature", "below hard_temperature"}},
+		{"relative path", "[node]\n\nstate_dir = \"rel/dir\"\n", []string{"line 3", "node.state_dir", "absolute"}},
+		{"unclean path", "[node]\nsocket = \"/run/../etc/x\"\n", []string{"node.socket", "clean absolute"}},
+		{"enum", "[alloc]\nmode = \"greedy\"\n", []string{"line 2", "alloc.mode", `"greedy"`}},
+		{"class default", "[classify]\ndefault = \"batch\"\n", []string{"classify.default"}},
+		{"annotation key", "[classify]\nclass_annotation = \"a b\"\n", []string{"classify.class_annotation"}},
+		{"xid range", "[errors]\nfatal_xids = [0]\n", []string{"errors.fatal_xids", "outside"}},
+		{"syntax", "[alloc\n", []string{"line", "table name"}},
+		{"duplicate key", "[alloc]\nmode = \"static\"\nmode = \"dynamic\"\n", []string{"line 3", "mode"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.file), "f.toml")
+			if err == nil {
+				t.Fatalf("Parse accepted %q", tc.file)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if !strings.HasPrefix(err.Error(), "f.toml") {
+				t.Errorf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(filepath.Join(dir, "missing.toml")); err == nil || !strings.Contains(err.Error(), "missing.toml") {
+		t.Errorf("missing file: got %v", err)
+	}
+	big := filepath.Join(dir, "big.toml")
+	if err := os.WriteFile(big, []byte(strings.Repeat("#", maxFileSize+10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("oversized file: got %v", err)
+	}
+	good := filepath.Join(dir, "good.toml")
+	if err := os.WriteFile(good, []byte("[evict]\ngrace = \"3s\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(good)
+	if err != nil || p.Evict.Grace.D() != 3*time.Second {
+		t.Errorf("good file: %v, grace %v", err, p.Evict.Grace.D())
+	}
+}
+
+func TestUnits(t *testing.T) {
+	sizes := map[string]Bytes{"0": 0, "8GiB": 8 << 30, "512MiB": 512 << 20, "1.5GB": 1.5e9, "4096": 4096, "2 KiB": 2048, "1G": 1 << 30}
+	for in, want := range sizes {
+		got, err := ParseBytes(in)
+		if err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1GiB", "lots", "8Gi", "NaNGiB", "1e30TiB"} {
+		if _, err := ParseBytes(bad); err == nil {
+			t.Errorf("ParseBytes(%q) accepted", bad)
+		}
+	}
+	if s := Bytes(8 << 30).String(); s != "8GiB" {
+		t.Errorf("String = %q", s)
+	}
+	var p Percent
+	for _, bad := range []string{"30", "abc%", "-1%", "101%"} {
+		if err := p.UnmarshalText([]byte(bad)); err == nil {
+			t.Errorf("Percent %q accepted", bad)
+		}
+	}
+}
