@@ -1,0 +1,74 @@
+package ctlblock
+
+// The raw structs below mirror libxcuda/include/xcuda_ctl.h field for
+// field; the `c` tag names the C field so TestLayoutMatchesHeader can
+// compare every offset and size with what gcc computes. Never reorder or
+// remove a field: the layout is append-only (use the reserved tails).
+
+// Sizes and limits shared with the C header.
+const (
+	Version            = 1
+	LimitsMagic        = 0x314d494c58554d58
+	UsageMagic         = 0x3147535558554d58
+	MaxDevices         = 16
+	MaxProcs           = 64
+	ShareFull          = 10000
+	DefaultMaxInFlight = 4
+	MaxInFlightCap     = 64
+	LimitsFile         = "limits"
+	UsageFile          = "usage"
+	// ContainerDir is where the hook mounts the two files inside a container.
+	ContainerDir = "/run/muxflow/ctl"
+	// EnvDir overrides ContainerDir for libxcuda (tests, manual runs).
+	EnvDir = "XCUDA_CONTROL_BLOCK"
+)
+
+// procDraining is set in a process slot while it drains after SIGINT/SIGTERM.
+const procDraining = 0x1
+
+type rawHeader struct {
+	Magic   uint64 `c:"magic"`
+	Version uint32 `c:"version"`
+	Size    uint32 `c:"size"`
+}
+
+type rawLimits struct {
+	Hdr                rawHeader          `c:"hdr"`
+	Generation         uint64             `c:"generation"`
+	Paused             uint32             `c:"paused"`
+	ShareBP            uint32             `c:"share_bp"`
+	MaxInFlight        uint32             `c:"max_inflight"`
+	FailPolicy         uint32             `c:"fail_policy"`
+	MPSActiveThreadPct uint32             `c:"mps_active_thread_pct"`
+	DeviceCount        uint32             `c:"device_count"`
+	BurstNS            uint64             `c:"burst_ns"`
+	MemLimit           [MaxDevices]uint64 `c:"mem_limit"`
+	MPSPinnedLimit     [MaxDevices]uint64 `c:"mps_pinned_limit"`
+	Reserved           [16]uint64         `c:"reserved"`
+}
+
+type rawProc struct {
+	PID           int32              `c:"pid"`
+	Flags         uint32             `c:"flags"`
+	HeartbeatNS   uint64             `c:"heartbeat_ns"`
+	Launches      uint64             `c:"launches"`
+	ThrottledNS   uint64             `c:"throttled_ns"`
+	ReservedBytes [MaxDevices]uint64 `c:"reserved_bytes"`
+	Reserved      [4]uint64          `c:"reserved"`
+}
+
+type rawUsage struct {
+	Hdr            rawHeader          `c:"hdr"`
+	HeartbeatNS    uint64             `c:"heartbeat_ns"`
+	Launches       uint64             `c:"launches"`
+	ThrottledNS    uint64             `c:"throttled_ns"`
+	GPUTimeNS      uint64             `c:"gpu_time_ns"`
+	BucketTokensNS int64              `c:"bucket_tokens_ns"`
+	BucketRefillNS uint64             `c:"bucket_refill_ns"`
+	InFlight       uint32             `c:"inflight"`
+	OOMDenials     uint32             `c:"oom_denials"`
+	ReservedBytes  [MaxDevices]uint64 `c:"reserved_bytes"`
+	PeakBytes      [MaxDevices]uint64 `c:"peak_bytes"`
+	Reserved       [16]uint64         `c:"reserved"`
+	Procs          [MaxProcs]rawProc  `c:"procs"`
+}
