@@ -1,0 +1,294 @@
+// Package daemon is muxd: it loads the policy, keeps the container registry, serves the
+// node API on a root-only unix socket, exports metrics, and talks to systemd (readiness,
+// reload, watchdog, socket activation). The control loops (monitor, SM allocation, error
+// handling) plug into it.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/buildinfo"
+	"github.com/muxflow/muxflow/muxd/control"
+	"github.com/muxflow/muxflow/muxd/inventory"
+	"github.com/muxflow/muxflow/muxd/registry"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// Options configure a Daemon.
+type Options struct {
+	// PolicyPath is the policy file. If it is policy.DefaultPath and does not exist, the
+	// embedded default is used; any other missing file is an error.
+	PolicyPath string
+	// Inventory lists the GPUs; nil means none.
+	Inventory inventory.Inventory
+	// Log receives structured logs; nil means JSON on stderr at the policy's level.
+	Log *slog.Logger
+	// ReconcileEvery is how often dead containers are looked for; 0 means 5 s.
+	ReconcileEvery time.Duration
+}
+
+// Daemon is one muxd.
+type Daemon struct {
+	opts     Options
+	log      *slog.Logger
+	level    *slog.LevelVar
+	pol      atomic.Pointer[loadedPolicy]
+	reloadMu sync.Mutex
+	reg      *registry.Registry
+	controls *control.Manager
+	inv      inventory.Inventory
+	metrics  *metrics
+	started  time.Time
+}
+
+type loadedPolicy struct {
+	p      *policy.Policy
+	source string
+	loaded time.Time
+}
+
+// New loads the policy and the registry; it does not listen yet.
+func New(opts Options) (*Daemon, error) {
+	d := &Daemon{opts: opts, inv: opts.Inventory, started: time.Now().UTC(), level: new(slog.LevelVar)}
+	if d.inv == nil {
+		d.inv = inventory.None{}
+	}
+	d.log = opts.Log
+	if d.log == nil {
+		d.log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: d.level}))
+	}
+	lp, err := d.loadPolicy()
+	if err != nil {
+		return nil, err
+	}
+	d.setPolicy(lp)
+	p := lp.p
+	d.reg, err = registry.Open(filepath.Join(p.Node.StateDir, "containers"), registry.ProcFS{}, d.log)
+	if err != nil {
+		return nil, fmt.Errorf("open registry: %w", err)
+	}
+	d.controls, err = control.NewManager(p.Node.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	d.metrics = newMetrics(d)
+	return d, nil
+}
+
+func (d *Daemon) loadPolicy() (*loadedPolicy, error) {
+	path := d.opts.PolicyPath
+	if path == "" {
+		path = policy.DefaultPath
+	}
+	p, err := policy.Load(path)
+	if errors.Is(err, os.ErrNotExist) && path == policy.DefaultPath {
+		d.log.Warn("no policy file, using the embedded default", "path", path)
+		return &loadedPolicy{p: policy.Default(), source: "embedded default", loaded: time.Now().UTC()}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &loadedPolicy{p: p, source: path, loaded: time.Now().UTC()}, nil
+}
+
+func (d *Daemon) setPolicy(lp *loadedPolicy) {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(lp.p.Node.LogLevel))
+	d.level.Set(lvl)
+	d.pol.Store(lp)
+}
+
+func (d *Daemon) policy() *policy.Policy { return d.pol.Load().p }
+
+// Policy returns the policy in force (it may change on reload; do not keep it long).
+func (d *Daemon) Policy() *policy.Policy { return d.policy() }
+
+// reload re-reads the policy file; an invalid file is rejected and the old policy kept.
+// Settings that only apply at start (socket, directories) are reported, not applied.
+func (d *Daemon) reload() error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	old := d.policy()
+	lp, err := d.loadPolicy()
+	if err != nil {
+		d.metrics.reloads.WithLabelValues("rejected").Inc()
+		d.log.Error("policy reload rejected, keeping the policy in force", "err", err)
+		return fmt.Errorf("policy reload rejected, the policy in force is kept: %w", err)
+	}
+	if lp.p.Node.StateDir != old.Node.StateDir || lp.p.Node.RunDir != old.Node.RunDir || lp.p.Node.Socket != old.Node.Socket || lp.p.Node.MetricsAddress != old.Node.MetricsAddress {
+		d.log.Warn("node directories, socket and metrics address change only on restart")
+	}
+	d.setPolicy(lp)
+	d.metrics.reloads.WithLabelValues("ok").Inc()
+	d.log.Info("policy reloaded", "source", lp.source)
+	return nil
+}
+
+func (d *Daemon) policyInfo() api.PolicyInfo {
+	lp := d.pol.Load()
+	text, err := lp.p.Encode()
+	if err != nil {
+		text = "# " + err.Error()
+	}
+	return api.PolicyInfo{Source: lp.source, Loaded: lp.loaded, TOML: text}
+}
+
+func (d *Daemon) gpus(ctx context.Context) ([]api.GPU, error) {
+	g, err := d.inv.GPUs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list GPUs: %w", err)
+	}
+	return g, nil
+}
+
+func (d *Daemon) nodeInfo() api.NodeInfo {
+	host, _ := os.Hostname()
+	gpus, _ := d.inv.GPUs(context.Background())
+	return api.NodeInfo{
+		Hostname: host, Version: buildinfo.Version, Started: d.started,
+		GPUs: len(gpus), Containers: d.reg.Len(), Policy: d.pol.Load().source,
+	}
+}
+
+// Run serves until ctx is cancelled or SIGTERM/SIGINT arrives; SIGHUP reloads the policy.
+func (d *Daemon) Run(ctx context.Context) error {
+	for _, id := range d.reg.Reconcile() {
+		_ = d.controls.Remove(id)
+	}
+	for _, c := range d.reg.List() {
+		if err := d.controls.Ensure(c); err != nil {
+			d.log.Error("cannot restore control directory", "id", c.ID, "err", err)
+		}
+	}
+	ln, err := d.listen()
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: d.routes(), ConnContext: connContext, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+
+	var msrv *http.Server
+	if addr := d.policy().Node.MetricsAddress; addr != "" {
+		mln, err := net.Listen("tcp", addr)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { errc <- msrv.Serve(mln) }()
+		d.log.Info("serving metrics", "address", mln.Addr().String())
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	d.log.Info("muxd ready", "version", buildinfo.Version, "socket", ln.Addr().String(),
+		"policy", d.pol.Load().source, "containers", d.reg.Len())
+	notify(sddaemon.SdNotifyReady)
+	watchdog := time.NewTicker(time.Hour)
+	defer watchdog.Stop()
+	if iv, err := sddaemon.SdWatchdogEnabled(false); err == nil && iv > 0 {
+		watchdog.Reset(iv / 2)
+	}
+	every := d.opts.ReconcileEvery
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	reconcile := time.NewTicker(every)
+	defer reconcile.Stop()
+
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				notify(sddaemon.SdNotifyReloading)
+				_ = d.reload()
+				notify(sddaemon.SdNotifyReady)
+				continue
+			}
+			d.log.Info("stopping", "signal", s.String())
+			break loop
+		case err := <-errc:
+			runErr = fmt.Errorf("server stopped: %w", err)
+			break loop
+		case <-watchdog.C:
+			notify(sddaemon.SdNotifyWatchdog)
+		case <-reconcile.C:
+			for _, id := range d.reg.Reconcile() {
+				_ = d.controls.Remove(id)
+			}
+		}
+	}
+	notify(sddaemon.SdNotifyStopping)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if msrv != nil {
+		_ = msrv.Shutdown(sctx)
+	}
+	return runErr
+}
+
+func notify(state string) { _, _ = sddaemon.SdNotify(false, state) }
+
+// listen takes the socket systemd passed (socket activation) or creates the policy's.
+func (d *Daemon) listen() (net.Listener, error) {
+	lns, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("socket activation: %w", err)
+	}
+	for _, ln := range lns {
+		if ln != nil && ln.Addr().Network() == "unix" {
+			d.log.Info("using the socket passed by systemd", "socket", ln.Addr().String())
+			return ln, nil
+		}
+	}
+	path := d.policy().Node.Socket
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket; refusing to replace it", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("another muxd is already serving %s", path)
+		}
+		_ = os.Remove(path) // stale socket of a muxd that died
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("restrict %s to root: %w", path, err)
+	}
+	return ln, nil
+}

@@ -1,0 +1,51 @@
+package daemon
+
+import (
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/buildinfo"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	reloads  *prometheus.CounterVec
+}
+
+func newMetrics(d *Daemon) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "muxd_api_requests_total", Help: "API requests by route and HTTP status.",
+		}, []string{"route", "code"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "muxd_policy_reloads_total", Help: "Policy reloads by result (ok, rejected).",
+		}, []string{"result"}),
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "muxd_build_info", Help: "Always 1; the version label says which muxd runs.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version},
+	})
+	info.Set(1)
+	for _, class := range []api.Class{api.Online, api.Offline} {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "muxd_containers", Help: "Registered containers by class.",
+			ConstLabels: prometheus.Labels{"class": string(class)},
+		}, func() float64 {
+			n := 0
+			for _, c := range d.reg.List() {
+				if c.Class == class {
+					n++
+				}
+			}
+			return float64(n)
+		}))
+	}
+	m.reg.MustRegister(m.requests, m.reloads, info,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry lets other parts of muxd (monitor, allocator) register their collectors.
+func (d *Daemon) Registry() prometheus.Registerer { return d.metrics.reg }

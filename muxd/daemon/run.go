@@ -1,0 +1,55 @@
+package daemon
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/muxflow/muxflow/muxd/buildinfo"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// Main is muxd's command line: it parses args (without the program name) and runs.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("muxd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	policyPath := fs.String("policy", policy.DefaultPath, "policy file (TOML); the embedded default is used if the default path does not exist")
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `muxd — the muxflow node daemon.
+
+Shares each GPU between latency-critical online inference and best-effort offline
+training through NVIDIA MPS: keeps the registry of GPU containers, serves the node API
+on a root-only unix socket, and runs the GPU monitor, SM allocator and error handler.
+
+Usage: muxd [--policy FILE]
+
+Signals: SIGHUP reloads the policy (an invalid file is rejected, the old one kept);
+SIGTERM/SIGINT stop muxd. Started by systemd as muxd.service (Type=notify).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see muxd --help)", fs.Arg(0))
+	}
+	if *version {
+		fmt.Fprintln(stdout, "muxd", buildinfo.Version)
+		return nil
+	}
+	path, err := filepath.Abs(*policyPath)
+	if err != nil {
+		return fmt.Errorf("policy path: %w", err)
+	}
+	d, err := New(Options{PolicyPath: path})
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}

@@ -1,0 +1,172 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/registry"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// maxBody bounds request bodies; a registration is a few hundred bytes.
+const maxBody = 64 << 10
+
+func (d *Daemon) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern string, h func(*http.Request) (int, any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if err := authorize(r.Context(), d.policy().Node.AllowUIDs); err != nil {
+				d.log.Warn("api request refused", "path", r.URL.Path, "err", err)
+				d.reply(w, pattern, http.StatusForbidden, nil, err)
+				return
+			}
+			code, body, err := h(r)
+			d.reply(w, pattern, code, body, err)
+		})
+	}
+	p := api.Prefix
+	handle("GET "+p+"/node", func(r *http.Request) (int, any, error) { return 200, d.nodeInfo(), nil })
+	handle("GET "+p+"/gpus", func(r *http.Request) (int, any, error) {
+		gpus, err := d.gpus(r.Context())
+		if err != nil {
+			return 500, nil, err
+		}
+		return 200, gpus, nil
+	})
+	handle("GET "+p+"/containers", func(r *http.Request) (int, any, error) { return 200, d.reg.List(), nil })
+	handle("POST "+p+"/containers", d.register)
+	handle("GET "+p+"/containers/{id}", func(r *http.Request) (int, any, error) {
+		c, err := d.reg.Get(r.PathValue("id"))
+		return statusOf(err, 200), c, err
+	})
+	handle("POST "+p+"/containers/{id}/start", func(r *http.Request) (int, any, error) {
+		var req api.StartRequest
+		if err := decodeStrict(r, &req); err != nil {
+			return 400, nil, err
+		}
+		c, err := d.reg.Start(r.PathValue("id"), req.PID)
+		if err == nil {
+			d.log.Info("container started", "id", c.ID, "pid", c.PID, "class", c.Class)
+		}
+		return statusOf(err, 200), c, err
+	})
+	handle("DELETE "+p+"/containers/{id}", d.unregister)
+	handle("GET "+p+"/policy", func(r *http.Request) (int, any, error) { return 200, d.policyInfo(), nil })
+	handle("POST "+p+"/policy/reload", func(r *http.Request) (int, any, error) {
+		if err := d.reload(); err != nil {
+			return 422, nil, err
+		}
+		return 200, d.policyInfo(), nil
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		d.reply(w, "other", http.StatusNotFound, nil, fmt.Errorf("no endpoint %s %s (see GET %s/node)", r.Method, r.URL.Path, api.Prefix))
+	})
+	return mux
+}
+
+func (d *Daemon) register(r *http.Request) (int, any, error) {
+	var req api.RegisterRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return 400, nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return 400, nil, err
+	}
+	if err := checkAgainstPolicy(&req, d.policy()); err != nil {
+		return 400, nil, err
+	}
+	c, created, err := d.reg.Add(req, d.controls.Paths(req.ID))
+	if err != nil {
+		return statusOf(err, 200), nil, err
+	}
+	if !created {
+		return 200, c, nil
+	}
+	if err := d.controls.Ensure(c); err != nil {
+		// Without its control block the container cannot be wired: undo the registration.
+		if rerr := d.reg.Remove(c.ID); rerr != nil {
+			d.log.Error("cannot undo registration", "id", c.ID, "err", rerr)
+		}
+		return 500, nil, err
+	}
+	d.log.Info("container registered", "id", c.ID, "class", c.Class, "gpus", c.GPUs, "namespace", c.Namespace)
+	return 201, c, nil
+}
+
+func (d *Daemon) unregister(r *http.Request) (int, any, error) {
+	id := r.PathValue("id")
+	if err := d.reg.Remove(id); err != nil {
+		return statusOf(err, 204), nil, err
+	}
+	if err := d.controls.Remove(id); err != nil {
+		d.log.Error("cannot remove control directory", "id", id, "err", err)
+	}
+	d.log.Info("container unregistered", "id", id)
+	return 204, nil, nil
+}
+
+// checkAgainstPolicy refuses limits the container's class may not have.
+func checkAgainstPolicy(req *api.RegisterRequest, p *policy.Policy) error {
+	cl, _ := p.ClassLimits(string(req.Class))
+	if req.Limits.SMPercent != 0 {
+		if v := float64(req.Limits.SMPercent); v < float64(cl.SMMin) || v > float64(cl.SMMax) {
+			return fmt.Errorf("%w: limits.sm_percent %d is outside the %s class bounds %v%%..%v%%", api.ErrInvalid, req.Limits.SMPercent, req.Class, float64(cl.SMMin), float64(cl.SMMax))
+		}
+	}
+	if cl.MemoryLimit != 0 && req.Limits.GPUMemory > uint64(cl.MemoryLimit) {
+		return fmt.Errorf("%w: limits.gpu_memory %v is above the %s class limit %v", api.ErrInvalid, policy.Bytes(req.Limits.GPUMemory), req.Class, cl.MemoryLimit)
+	}
+	return nil
+}
+
+// decodeStrict decodes exactly one JSON object with no unknown fields.
+func decodeStrict(r *http.Request, v any) error {
+	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
+	if err != nil {
+		return fmt.Errorf("%w: request body is larger than %d bytes", api.ErrInvalid, maxBody)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: malformed JSON body: %v", api.ErrInvalid, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: malformed JSON body: data after the object", api.ErrInvalid)
+	}
+	return nil
+}
+
+func statusOf(err error, ok int) int {
+	switch {
+	case err == nil:
+		return ok
+	case errors.Is(err, api.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, registry.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, registry.ErrConflict):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+func (d *Daemon) reply(w http.ResponseWriter, route string, code int, body any, err error) {
+	d.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		body = api.Error{Error: err.Error()}
+	}
+	w.WriteHeader(code)
+	if code == http.StatusNoContent || body == nil {
+		return
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(body)
+}

@@ -1,0 +1,27 @@
+// Package inventory tells muxd which GPUs the node has. The source is behind a small
+// interface: NVML on real nodes and gpusim's NVML adapter on simulated ones (both through
+// go-nvml's nvml.Interface), or None on a node without GPUs.
+package inventory
+
+import (
+	"context"
+
+	"github.com/muxflow/muxflow/muxd/api"
+)
+
+// Inventory lists the node's GPUs.
+type Inventory interface {
+	GPUs(ctx context.Context) ([]api.GPU, error)
+}
+
+// None is the inventory of a node without GPUs: muxd still serves its API and registry.
+type None struct{}
+
+// GPUs returns no devices.
+func (None) GPUs(context.Context) ([]api.GPU, error) { return []api.GPU{}, nil }
+
+// Static is a fixed list, for tests and for nodes whose GPUs are declared by hand.
+type Static []api.GPU
+
+// GPUs returns the list.
+func (s Static) GPUs(context.Context) ([]api.GPU, error) { return append([]api.GPU(nil), s...), nil }

@@ -1,0 +1,185 @@
+// Package muxctl is the operator's command line for a muxflow node: node and container
+// status from muxd's API, policy checks, and runtime configuration.
+package muxctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/buildinfo"
+	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// ErrUsage marks a bad command line (exit status 2).
+var ErrUsage = errors.New("usage")
+
+const usage = `muxctl — operate a muxflow node.
+
+Usage:
+  muxctl status [-o table|json]            node, GPUs and containers
+  muxctl policy check FILE                 validate a policy file (exit 1 if invalid)
+  muxctl policy show                       the policy muxd runs with
+  muxctl policy reload                     make muxd re-read its policy file
+  muxctl version                           print the version
+
+Global flags (before the command):
+  --socket PATH   muxd's API socket (default /run/muxflow/muxd.sock)
+  --timeout DUR   bound on each API call (default 5s)
+`
+
+// Main runs muxctl with args (without the program name).
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("muxctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", api.DefaultSocket, "muxd's API socket")
+	timeout := fs.Duration("timeout", 5*time.Second, "bound on each API call")
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: no command given", ErrUsage)
+	}
+	cl := func() *client.Client { return client.New(*socket, *timeout) }
+	switch rest[0] {
+	case "version":
+		fmt.Fprintln(stdout, "muxctl", buildinfo.Version)
+		return nil
+	case "status":
+		return status(ctx, cl(), rest[1:], stdout, stderr)
+	case "policy":
+		return policyCmd(ctx, cl, rest[1:], stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fs.Usage()
+	return fmt.Errorf("%w: unknown command %q", ErrUsage, rest[0])
+}
+
+func policyCmd(ctx context.Context, cl func() *client.Client, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: policy needs check FILE, show or reload", ErrUsage)
+	}
+	switch args[0] {
+	case "check":
+		if len(args) != 2 {
+			return fmt.Errorf("%w: policy check needs exactly one FILE", ErrUsage)
+		}
+		if _, err := policy.Load(args[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: valid\n", args[1])
+		return nil
+	case "show":
+		p, err := cl().Policy(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "# source: %s, loaded %s\n%s", p.Source, p.Loaded.Format(time.RFC3339), p.TOML)
+		return nil
+	case "reload":
+		p, err := cl().ReloadPolicy(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "policy reloaded from %s\n", p.Source)
+		return nil
+	}
+	return fmt.Errorf("%w: unknown policy command %q", ErrUsage, args[0])
+}
+
+// Status is what `muxctl status -o json` prints.
+type Status struct {
+	Node       api.NodeInfo    `json:"node"`
+	GPUs       []api.GPU       `json:"gpus"`
+	Containers []api.Container `json:"containers"`
+}
+
+func status(ctx context.Context, c *client.Client, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "table", "output format: table or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out != "table" && *out != "json" {
+		return fmt.Errorf("%w: -o must be table or json, not %q", ErrUsage, *out)
+	}
+	var st Status
+	var err error
+	if st.Node, err = c.Node(ctx); err != nil {
+		return err
+	}
+	if st.GPUs, err = c.GPUs(ctx); err != nil {
+		return err
+	}
+	if st.Containers, err = c.Containers(ctx); err != nil {
+		return err
+	}
+	if *out == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	n := st.Node
+	fmt.Fprintf(stdout, "node %s  muxd %s  up %s  policy %s\n\n", n.Hostname, n.Version,
+		time.Since(n.Started).Truncate(time.Second), n.Policy)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tHEALTH")
+	for _, g := range st.GPUs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\n", g.Index, g.UUID, g.Name, policy.Bytes(g.MemoryTotal), g.Health)
+	}
+	if len(st.GPUs) == 0 {
+		fmt.Fprintln(tw, "-\t(no GPUs)\t\t\t")
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTAINER\tCLASS\tSTATE\tPID\tGPUS\tMEMORY CAP\tSM%\tNAMESPACE\tAGE")
+	for _, c := range st.Containers {
+		mem := "-"
+		if c.Limits.GPUMemory > 0 {
+			mem = policy.Bytes(c.Limits.GPUMemory).String()
+		}
+		sm := "-"
+		if c.Limits.SMPercent > 0 {
+			sm = fmt.Sprint(c.Limits.SMPercent)
+		}
+		pid := "-"
+		if c.PID > 0 {
+			pid = fmt.Sprint(c.PID)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(c.ID), c.Class, c.State, pid,
+			strings.Join(c.GPUs, ","), mem, sm, dash(c.Namespace), time.Since(c.Registered).Truncate(time.Second))
+	}
+	if len(st.Containers) == 0 {
+		fmt.Fprintln(tw, "(none)\t\t\t\t\t\t\t\t")
+	}
+	return tw.Flush()
+}
+
+func shortID(id string) string {
+	if len(id) > 24 {
+		return id[:24] + "…"
+	}
+	return id
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,303 @@
+// Package registry is muxd's record of the containers it manages. Every change is written
+// to one file per container under the state directory (atomically: temp file, fsync,
+// rename, fsync of the directory) before it is acknowledged, so that `kill -9` of muxd at
+// any moment loses nothing; on start the registry is read back and reconciled with the
+// processes still running.
+package registry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/muxflow/muxflow/muxd/api"
+)
+
+// Sentinel error kinds; callers map them to HTTP statuses.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// Entry is what the registry stores for one container.
+type Entry struct {
+	api.Container
+	// StartTicks is the process start time (clock ticks since boot, /proc/PID/stat field
+	// 22) recorded with the pid, so that a recycled pid is not mistaken for the container.
+	StartTicks uint64 `json:"start_ticks,omitempty"`
+}
+
+// ProcessChecker tells whether a process is the one recorded. The real one reads /proc;
+// tests fake it.
+type ProcessChecker interface {
+	// StartTicks returns the start time of pid, or an error if it does not exist.
+	StartTicks(pid int) (uint64, error)
+}
+
+// Registry holds the containers; it is safe for concurrent use.
+type Registry struct {
+	dir   string
+	procs ProcessChecker
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*Entry
+}
+
+// StaleCreated is how long a container may stay registered without ever starting before
+// reconciliation drops it (its create failed after registration).
+const StaleCreated = 10 * time.Minute
+
+// Open loads (creating if needed) the registry kept in dir.
+func Open(dir string, procs ProcessChecker, log *slog.Logger) (*Registry, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create registry directory: %w", err)
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("registry directory %s is not a directory (a symlink is refused)", dir)
+	}
+	r := &Registry{dir: dir, procs: procs, log: log, now: time.Now, entries: map[string]*Entry{}}
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read registry directory: %w", err)
+	}
+	for _, de := range names {
+		name := de.Name()
+		if strings.HasPrefix(name, ".tmp-") {
+			// An interrupted write: the rename never happened, the old file (if any) is intact.
+			_ = os.Remove(filepath.Join(dir, name))
+			continue
+		}
+		if !strings.HasSuffix(name, ".json") || !de.Type().IsRegular() {
+			continue
+		}
+		e, err := r.readEntry(filepath.Join(dir, name))
+		if err != nil {
+			// Keep the file for the operator to inspect; never delete what we cannot read.
+			log.Error("skipping unreadable registry entry", "file", name, "err", err)
+			continue
+		}
+		r.entries[e.ID] = e
+	}
+	return r, nil
+}
+
+func (r *Registry) readEntry(path string) (*Entry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var e Entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if err := api.ValidateID(e.ID); err != nil {
+		return nil, err
+	}
+	if filepath.Base(path) != e.ID+".json" {
+		return nil, fmt.Errorf("file name does not match id %q", e.ID)
+	}
+	return &e, nil
+}
+
+func (r *Registry) path(id string) string { return filepath.Join(r.dir, id+".json") }
+
+// persist writes one entry atomically. Callers hold r.mu.
+func (r *Registry) persist(e *Entry) error {
+	data, err := json.MarshalIndent(e, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode registry entry %s: %w", e.ID, err)
+	}
+	f, err := os.CreateTemp(r.dir, ".tmp-"+e.ID+"-")
+	if err != nil {
+		return fmt.Errorf("write registry entry %s: %w", e.ID, err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write registry entry %s: %w", e.ID, err)
+	}
+	if err := os.Rename(tmp, r.path(e.ID)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("commit registry entry %s: %w", e.ID, err)
+	}
+	return r.syncDir()
+}
+
+func (r *Registry) syncDir() error {
+	d, err := os.Open(r.dir)
+	if err != nil {
+		return fmt.Errorf("sync registry directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync registry directory: %w", err)
+	}
+	return nil
+}
+
+// Add registers a container in state created. Registering the same id again with the
+// same request is idempotent (created=false); with a different one it is a conflict.
+func (r *Registry) Add(req api.RegisterRequest, control api.ControlPaths) (c api.Container, created bool, err error) {
+	if err := req.Validate(); err != nil {
+		return api.Container{}, false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.entries[req.ID]; ok {
+		if sameRequest(old.RegisterRequest, req) {
+			return old.Container, false, nil
+		}
+		return api.Container{}, false, fmt.Errorf("%w: container %s is already registered with a different class, GPUs or limits", ErrConflict, req.ID)
+	}
+	e := &Entry{Container: api.Container{
+		RegisterRequest: req,
+		State:           api.StateCreated,
+		Registered:      r.now().UTC(),
+		Control:         control,
+	}}
+	if err := r.persist(e); err != nil {
+		return api.Container{}, false, err
+	}
+	r.entries[req.ID] = e
+	return e.Container, true, nil
+}
+
+func sameRequest(a, b api.RegisterRequest) bool {
+	if a.ID != b.ID || a.Class != b.Class || a.Limits != b.Limits || a.Namespace != b.Namespace || a.Pod != b.Pod || len(a.GPUs) != len(b.GPUs) {
+		return false
+	}
+	for i := range a.GPUs {
+		if a.GPUs[i] != b.GPUs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Start records the container's host pid.
+func (r *Registry) Start(id string, pid int) (api.Container, error) {
+	if err := api.ValidateID(id); err != nil {
+		return api.Container{}, err
+	}
+	if err := (&api.StartRequest{PID: pid}).Validate(); err != nil {
+		return api.Container{}, err
+	}
+	ticks, err := r.procs.StartTicks(pid)
+	if err != nil {
+		return api.Container{}, fmt.Errorf("%w: pid %d: %v", api.ErrInvalid, pid, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	if !ok {
+		return api.Container{}, fmt.Errorf("%w: container %s is not registered", ErrNotFound, id)
+	}
+	if e.State == api.StateRunning && (e.PID != pid || e.StartTicks != ticks) {
+		return api.Container{}, fmt.Errorf("%w: container %s already runs as pid %d", ErrConflict, id, e.PID)
+	}
+	next := *e
+	next.State, next.PID, next.StartTicks, next.Started = api.StateRunning, pid, ticks, r.now().UTC()
+	if err := r.persist(&next); err != nil {
+		return api.Container{}, err
+	}
+	*e = next
+	return e.Container, nil
+}
+
+// Remove forgets a container.
+func (r *Registry) Remove(id string) error {
+	if err := api.ValidateID(id); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.entries[id]; !ok {
+		return fmt.Errorf("%w: container %s is not registered", ErrNotFound, id)
+	}
+	if err := os.Remove(r.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove registry entry %s: %w", id, err)
+	}
+	delete(r.entries, id)
+	return r.syncDir()
+}
+
+// Get returns one container.
+func (r *Registry) Get(id string) (api.Container, error) {
+	if err := api.ValidateID(id); err != nil {
+		return api.Container{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	if !ok {
+		return api.Container{}, fmt.Errorf("%w: container %s is not registered", ErrNotFound, id)
+	}
+	return e.Container, nil
+}
+
+// List returns all containers sorted by id.
+func (r *Registry) List() []api.Container {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]api.Container, 0, len(r.entries))
+	for _, e := range r.entries {
+		out = append(out, e.Container)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Len returns how many containers are registered.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.entries)
+}
+
+// Reconcile drops containers whose process has gone (muxd missed their poststop, for
+// example while it was down) and registrations that never started. It returns the ids
+// it dropped, each logged with the reason.
+func (r *Registry) Reconcile() []string {
+	r.mu.Lock()
+	var stale []string
+	reasons := map[string]string{}
+	for id, e := range r.entries {
+		switch e.State {
+		case api.StateRunning:
+			ticks, err := r.procs.StartTicks(e.PID)
+			if err != nil {
+				stale, reasons[id] = append(stale, id), fmt.Sprintf("pid %d has exited", e.PID)
+			} else if e.StartTicks != 0 && ticks != e.StartTicks {
+				stale, reasons[id] = append(stale, id), fmt.Sprintf("pid %d now belongs to another process", e.PID)
+			}
+		case api.StateCreated:
+			if r.now().Sub(e.Registered) > StaleCreated {
+				stale, reasons[id] = append(stale, id), "it never started"
+			}
+		}
+	}
+	r.mu.Unlock()
+	sort.Strings(stale)
+	var dropped []string
+	for _, id := range stale {
+		if err := r.Remove(id); err != nil && !errors.Is(err, ErrNotFound) {
+			r.log.Error("cannot drop stale container", "id", id, "err", err)
+			continue
+		}
+		r.log.Info("dropped stale container", "id", id, "reason", reasons[id])
+		dropped = append(dropped, id)
+	}
+	return dropped
+}
