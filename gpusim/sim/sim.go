@@ -1,0 +1,914 @@
+package sim
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+)
+
+// Config sets up a simulator.
+type Config struct {
+	Devices    []Profile     // one entry per simulated GPU
+	TimeSlice  time.Duration // time slice between contexts without MPS (default 2ms)
+	MaxPending int           // queued operations per process before launches block (default 1024)
+	Window     time.Duration // NVML utilisation averaging window (default 1s)
+	Logger     *slog.Logger
+}
+
+// Sim is a set of simulated GPUs and the processes using them. One lock
+// guards the whole model: devices share MPS servers and processes, and the
+// operations are short.
+type Sim struct {
+	mu      sync.Mutex
+	cfg     Config
+	start   time.Time
+	devs    []*Device
+	clients map[*Client]bool
+	servers map[int]*MPSServer // by server PID
+	log     *slog.Logger
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  bool
+
+	notes     []note
+	notifying bool
+	xidSeq    uint64
+}
+
+// New starts a simulator; Close stops its device goroutines.
+func New(cfg Config) (*Sim, error) {
+	if len(cfg.Devices) == 0 {
+		return nil, fmt.Errorf("simulator needs at least one device")
+	}
+	if len(cfg.Devices) > 64 {
+		return nil, fmt.Errorf("simulator supports at most 64 devices, got %d", len(cfg.Devices))
+	}
+	if cfg.TimeSlice == 0 {
+		cfg.TimeSlice = 2 * time.Millisecond
+	}
+	if cfg.TimeSlice < 50*time.Microsecond || cfg.TimeSlice > time.Second {
+		return nil, fmt.Errorf("time slice %v out of range [50us, 1s]", cfg.TimeSlice)
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = 1024
+	}
+	if cfg.MaxPending < 1 {
+		return nil, fmt.Errorf("max pending operations must be positive")
+	}
+	if cfg.Window == 0 {
+		cfg.Window = time.Second
+	}
+	if cfg.Window < 100*time.Millisecond || cfg.Window > time.Minute {
+		return nil, fmt.Errorf("utilisation window %v out of range [100ms, 1m]", cfg.Window)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Sim{cfg: cfg, start: time.Now(), clients: map[*Client]bool{}, servers: map[int]*MPSServer{},
+		log: cfg.Logger, stop: make(chan struct{})}
+	for i, p := range cfg.Devices {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("device %d: %w", i, err)
+		}
+		d := newDevice(s, i, p)
+		s.devs = append(s.devs, d)
+	}
+	for _, d := range s.devs {
+		s.wg.Add(2)
+		go d.loop()
+		go d.sampler()
+	}
+	return s, nil
+}
+
+// Close stops the simulator's goroutines.
+func (s *Sim) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.stop)
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// nowNs is the simulator's clock: nanoseconds since New, monotonic.
+func (s *Sim) nowNs() float64 { return float64(time.Since(s.start).Nanoseconds()) }
+
+// DeviceCount is the number of simulated GPUs.
+func (s *Sim) DeviceCount() int { return len(s.devs) }
+
+// Device returns device i or nil.
+func (s *Sim) Device(i int) *Device {
+	if i < 0 || i >= len(s.devs) {
+		return nil
+	}
+	return s.devs[i]
+}
+
+// Notifier receives a process's asynchronous errors (sticky context faults).
+type Notifier func(ctx uint32, code Result)
+
+// Client is one process using the simulated GPUs (one driver connection).
+type Client struct {
+	s       *Sim
+	PID     int
+	UID     int
+	notify  Notifier
+	ctxs    map[uint32]*Context
+	streams map[uint32]*Stream
+	events  map[uint32]*Event
+	modules map[uint32]*Module
+	funcs   map[uint32]Function
+	pending int
+	room    chan struct{}
+	closed  bool
+	stats   []procStats // per device, cumulative; survives context teardown
+	nextPtr uint64
+	start   float64
+}
+
+// procStats are a process's cumulative counters on one device.
+type procStats struct {
+	BusyNs   float64 // time any of its kernels held SMs
+	SMNs     float64 // SM-nanoseconds its kernels held
+	Launches uint64
+	MemUsed  uint64
+}
+
+// Connect registers a process. notify is called, without the simulator lock,
+// when one of its contexts takes a sticky error.
+func (s *Sim) Connect(pid, uid int, notify Notifier) *Client {
+	if notify == nil {
+		notify = func(uint32, Result) {}
+	}
+	c := &Client{s: s, PID: pid, UID: uid, notify: notify, ctxs: map[uint32]*Context{},
+		streams: map[uint32]*Stream{}, events: map[uint32]*Event{}, modules: map[uint32]*Module{},
+		funcs: map[uint32]Function{}, room: make(chan struct{}, 1), stats: make([]procStats, len(s.devs))}
+	s.mu.Lock()
+	s.clients[c] = true
+	c.start = s.nowNs()
+	s.mu.Unlock()
+	return c
+}
+
+// Context is a process's context on one device.
+type Context struct {
+	ID       uint32
+	c        *Client
+	dev      *Device
+	mps      *MPSServer // nil without MPS
+	smCap    float64    // SMs this context may hold (active-thread percentage)
+	atp      float64
+	memLimit uint64 // 0 = device memory only
+	memUsed  uint64
+	allocs   map[uint64]uint64
+	streams  map[uint32]*Stream
+	err      Result // sticky error
+	grp      *group
+	syncs    []*ctxSync
+}
+
+type ctxSync struct {
+	left int
+	cb   func(Result)
+}
+
+type opKind uint8
+
+const (
+	opKernel opKind = iota
+	opCopyH2D
+	opCopyD2H
+	opCopyD2D // also memset: device-bandwidth bound, no SMs
+	opMarker  // event record
+	opWait    // stream waits for an event
+)
+
+type op struct {
+	kind   opKind
+	rem    float64 // remaining nominal ns
+	sReq   int     // SMs the kernel can use
+	bw     float64
+	ev     *Event
+	gen    uint64 // event generation recorded or awaited
+	alloc  float64
+	rate   float64
+	client *Client
+	ctx    *Context
+}
+
+// Stream is an in-order queue of operations.
+type Stream struct {
+	ID      uint32
+	ctx     *Context
+	q       []*op
+	enq     uint64 // operations ever queued
+	done    uint64 // operations ever finished
+	waiters []streamWaiter
+}
+
+type streamWaiter struct {
+	seq uint64
+	cb  func(Result)
+}
+
+// Event marks a point in a stream.
+type Event struct {
+	ID      uint32
+	ctx     *Context
+	recGen  uint64
+	doneGen uint64
+	doneAt  float64
+	waiters []streamWaiter
+}
+
+// validate the things a process hands over.
+
+func (c *Client) context(id uint32) (*Context, Result) {
+	x, ok := c.ctxs[id]
+	if !ok {
+		return nil, ErrInvalidContext
+	}
+	return x, Success
+}
+
+// CreateContext makes context id on device dev. mpsPID names the MPS server
+// the process joined (0: no MPS). atp and memLimit are the client's requested
+// active-thread percentage (0 = none) and pinned memory limit (0 = none);
+// under MPS they can only tighten the server's defaults.
+func (c *Client) CreateContext(id uint32, dev int, defaultStream uint32, mpsPID int, atp float64, memLimit uint64) Result {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.Device(dev)
+	if d == nil {
+		return ErrInvalidDevice
+	}
+	if c.closed {
+		return ErrInvalidContext
+	}
+	if _, dup := c.ctxs[id]; dup {
+		return ErrInvalidValue
+	}
+	if _, dup := c.streams[defaultStream]; dup {
+		return ErrInvalidValue
+	}
+	if atp < 0 || atp > 100 || math.IsNaN(atp) {
+		return ErrInvalidValue
+	}
+	x := &Context{ID: id, c: c, dev: d, atp: 100, allocs: map[uint64]uint64{}, streams: map[uint32]*Stream{}}
+	if mpsPID != 0 {
+		srv := s.servers[mpsPID]
+		if srv == nil {
+			return ErrMPSConnectionFailed
+		}
+		if srv.UID != c.UID {
+			return ErrMPSConnectionFailed
+		}
+		if srv.faulted {
+			return ErrMPSServerNotReady
+		}
+		x.mps = srv
+		x.atp = srv.ATP
+		if atp > 0 && atp < x.atp {
+			x.atp = atp
+		}
+		x.memLimit = srv.MemLimit[dev]
+		if memLimit > 0 && (x.memLimit == 0 || memLimit < x.memLimit) {
+			x.memLimit = memLimit
+		}
+		srv.clients[c] = true
+	}
+	x.smCap = math.Max(1, math.Ceil(x.atp/100*float64(d.p.SMs)))
+	d.advance(s.nowNs())
+	d.attach(x)
+	c.ctxs[id] = x
+	st := &Stream{ID: defaultStream, ctx: x}
+	x.streams[defaultStream] = st
+	c.streams[defaultStream] = st
+	return Success
+}
+
+// ContextInfo reports a context's effective limits.
+func (c *Client) ContextInfo(id uint32) (atp float64, smCap int, memLimit uint64, r Result) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	x, r := c.context(id)
+	if r != Success {
+		return 0, 0, 0, r
+	}
+	return x.atp, int(x.smCap), x.memLimit, Success
+}
+
+// DestroyContext waits for the context's work to finish (as cuCtxDestroy
+// does), then releases it. done runs without the simulator lock.
+func (c *Client) DestroyContext(id uint32, done func(Result)) {
+	s := c.s
+	s.mu.Lock()
+	x, r := c.context(id)
+	if r != Success {
+		s.mu.Unlock()
+		done(r)
+		return
+	}
+	s.mu.Unlock()
+	c.syncContext(x, func(Result) {
+		s.mu.Lock()
+		if c.ctxs[id] == x {
+			c.releaseContext(x)
+		}
+		s.mu.Unlock()
+		done(Success)
+	})
+}
+
+// releaseContext drops a context; lock held.
+func (c *Client) releaseContext(x *Context) {
+	d := x.dev
+	d.advance(c.s.nowNs())
+	for _, st := range x.streams {
+		c.dropStream(st, ErrInvalidContext)
+		delete(c.streams, st.ID)
+	}
+	for id, ev := range c.events {
+		if ev.ctx == x {
+			delete(c.events, id)
+		}
+	}
+	d.memUsed -= x.memUsed
+	c.stats[d.index].MemUsed -= x.memUsed
+	x.memUsed = 0
+	d.detach(x)
+	delete(c.ctxs, x.ID)
+	if x.mps != nil {
+		c.s.mpsClientMaybeGone(x.mps, c)
+	}
+	d.kick()
+}
+
+// dropStream discards queued work, failing its waiters with code; lock held.
+func (c *Client) dropStream(st *Stream, code Result) {
+	d := st.ctx.dev
+	if len(st.q) > 0 {
+		d.dirty = true
+	}
+	c.pending -= len(st.q)
+	st.done += uint64(len(st.q))
+	st.q = nil
+	w := st.waiters
+	st.waiters = nil
+	for _, x := range w {
+		d.post(x.cb, code)
+	}
+	c.signalRoom()
+}
+
+func (c *Client) signalRoom() {
+	if c.pending < c.s.cfg.MaxPending {
+		select {
+		case c.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// CreateStream adds stream id to context ctx.
+func (c *Client) CreateStream(ctx, id uint32) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	x, r := c.context(ctx)
+	if r != Success {
+		return r
+	}
+	if _, dup := c.streams[id]; dup {
+		return ErrInvalidValue
+	}
+	st := &Stream{ID: id, ctx: x}
+	x.streams[id] = st
+	c.streams[id] = st
+	return Success
+}
+
+// DestroyStream releases a stream once its work is done (like
+// cuStreamDestroy, which does not wait but lets queued work finish).
+func (c *Client) DestroyStream(id uint32) Result {
+	c.s.mu.Lock()
+	st, ok := c.streams[id]
+	if !ok {
+		c.s.mu.Unlock()
+		return ErrInvalidHandle
+	}
+	delete(c.streams, id)
+	c.s.mu.Unlock()
+	c.syncStream(st, func(Result) {
+		c.s.mu.Lock()
+		delete(st.ctx.streams, st.ID)
+		c.s.mu.Unlock()
+	})
+	return Success
+}
+
+// LoadModule parses a module image under handle id.
+func (c *Client) LoadModule(id uint32, data []byte) Result {
+	m, err := ParseModule(data)
+	if err != nil {
+		c.s.log.Debug("module rejected", "pid", c.PID, "err", err)
+		return ErrInvalidImage
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if _, dup := c.modules[id]; dup {
+		return ErrInvalidValue
+	}
+	c.modules[id] = m
+	return Success
+}
+
+// UnloadModule forgets a module (its functions stay valid for queued work).
+func (c *Client) UnloadModule(id uint32) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if _, ok := c.modules[id]; !ok {
+		return ErrInvalidHandle
+	}
+	delete(c.modules, id)
+	return Success
+}
+
+// GetFunction binds function handle fn to name in module mod.
+func (c *Client) GetFunction(mod, fn uint32, name string) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	m, ok := c.modules[mod]
+	if !ok {
+		return ErrInvalidHandle
+	}
+	f, ok := m.Lookup(name)
+	if !ok {
+		return ErrNotFound
+	}
+	c.funcs[fn] = f
+	return Success
+}
+
+// enqueue appends o to stream id; lock held.
+func (c *Client) enqueue(stream uint32, o *op) Result {
+	st, ok := c.streams[stream]
+	if !ok {
+		return ErrInvalidHandle
+	}
+	x := st.ctx
+	if x.err != Success {
+		return x.err
+	}
+	d := x.dev
+	d.advance(c.s.nowNs())
+	o.client, o.ctx = c, x
+	st.q = append(st.q, o)
+	st.enq++
+	c.pending++
+	if len(st.q) == 1 {
+		d.dirty = true
+		d.kick()
+	}
+	return Success
+}
+
+// Launch queues a kernel. Errors are those a real launch reports at once.
+func (c *Client) Launch(stream, fn uint32, grid, block [3]uint32) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	f, ok := c.funcs[fn]
+	if !ok {
+		return ErrInvalidHandle
+	}
+	st, ok := c.streams[stream]
+	if !ok {
+		return ErrInvalidHandle
+	}
+	sReq, ns, err := kernelCost(&st.ctx.dev.p, f, grid, block)
+	if err != nil {
+		return ErrInvalidValue
+	}
+	r := c.enqueue(stream, &op{kind: opKernel, rem: ns, sReq: sReq, bw: f.BW})
+	if r == Success {
+		c.stats[st.ctx.dev.index].Launches++
+	}
+	return r
+}
+
+// Copy kinds for Copy.
+const (
+	CopyHostToDevice   = 1
+	CopyDeviceToHost   = 2
+	CopyDeviceToDevice = 3
+	CopyMemset         = 4
+)
+
+// Copy queues a memory copy or memset of n bytes.
+func (c *Client) Copy(stream uint32, kind int, n uint64) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	st, ok := c.streams[stream]
+	if !ok {
+		return ErrInvalidHandle
+	}
+	p := &st.ctx.dev.p
+	o := &op{}
+	switch kind {
+	case CopyHostToDevice:
+		o.kind, o.rem = opCopyH2D, float64(n)/p.PCIeGBs
+	case CopyDeviceToHost:
+		o.kind, o.rem = opCopyD2H, float64(n)/p.PCIeGBs
+	case CopyDeviceToDevice:
+		// read and write: twice the bytes through device memory
+		o.kind, o.rem = opCopyD2D, 2*float64(n)/p.MemBandwidthGBs
+	case CopyMemset:
+		o.kind, o.rem = opCopyD2D, float64(n)/p.MemBandwidthGBs
+	default:
+		return ErrInvalidValue
+	}
+	o.rem += 1000 // DMA setup, ~1us
+	return c.enqueue(stream, o)
+}
+
+// CreateEvent adds event id to context ctx.
+func (c *Client) CreateEvent(ctx, id uint32) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	x, r := c.context(ctx)
+	if r != Success {
+		return r
+	}
+	if _, dup := c.events[id]; dup {
+		return ErrInvalidValue
+	}
+	c.events[id] = &Event{ID: id, ctx: x}
+	return Success
+}
+
+// DestroyEvent forgets an event.
+func (c *Client) DestroyEvent(id uint32) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if _, ok := c.events[id]; !ok {
+		return ErrInvalidHandle
+	}
+	delete(c.events, id)
+	return Success
+}
+
+// RecordEvent queues event ev on stream.
+func (c *Client) RecordEvent(ev, stream uint32) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	e, ok := c.events[ev]
+	if !ok {
+		return ErrInvalidHandle
+	}
+	e.recGen++
+	return c.enqueue(stream, &op{kind: opMarker, ev: e, gen: e.recGen})
+}
+
+// WaitEvent makes stream wait for the event's latest record.
+func (c *Client) WaitEvent(stream, ev uint32) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	e, ok := c.events[ev]
+	if !ok {
+		return ErrInvalidHandle
+	}
+	if e.doneGen >= e.recGen {
+		if _, ok := c.streams[stream]; !ok {
+			return ErrInvalidHandle
+		}
+		return Success
+	}
+	return c.enqueue(stream, &op{kind: opWait, ev: e, gen: e.recGen})
+}
+
+// Sync targets.
+const (
+	SyncStream  = 1
+	SyncContext = 2
+	SyncEvent   = 3
+)
+
+// Sync calls done once the target's work queued so far has finished, or with
+// the sticky error if the context faulted.
+func (c *Client) Sync(kind int, id uint32, done func(Result)) {
+	c.s.mu.Lock()
+	switch kind {
+	case SyncStream:
+		st, ok := c.streams[id]
+		c.s.mu.Unlock()
+		if !ok {
+			done(ErrInvalidHandle)
+			return
+		}
+		c.syncStream(st, done)
+	case SyncContext:
+		x, r := c.context(id)
+		c.s.mu.Unlock()
+		if r != Success {
+			done(r)
+			return
+		}
+		c.syncContext(x, done)
+	case SyncEvent:
+		e, ok := c.events[id]
+		if !ok {
+			c.s.mu.Unlock()
+			done(ErrInvalidHandle)
+			return
+		}
+		d := e.ctx.dev
+		d.advance(c.s.nowNs())
+		if e.ctx.err != Success {
+			r := e.ctx.err
+			c.s.mu.Unlock()
+			done(r)
+			return
+		}
+		if e.doneGen >= e.recGen {
+			c.s.mu.Unlock()
+			done(Success)
+			return
+		}
+		e.waiters = append(e.waiters, streamWaiter{seq: e.recGen, cb: done})
+		c.s.mu.Unlock()
+	default:
+		c.s.mu.Unlock()
+		done(ErrInvalidValue)
+	}
+}
+
+// Query reports Success when the target is idle, ErrNotReady otherwise.
+func (c *Client) Query(kind int, id uint32) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	now := c.s.nowNs()
+	switch kind {
+	case SyncStream:
+		st, ok := c.streams[id]
+		if !ok {
+			return ErrInvalidHandle
+		}
+		st.ctx.dev.advance(now)
+		if st.ctx.err != Success {
+			return st.ctx.err
+		}
+		if len(st.q) > 0 {
+			return ErrNotReady
+		}
+	case SyncEvent:
+		e, ok := c.events[id]
+		if !ok {
+			return ErrInvalidHandle
+		}
+		e.ctx.dev.advance(now)
+		if e.ctx.err != Success {
+			return e.ctx.err
+		}
+		if e.doneGen < e.recGen {
+			return ErrNotReady
+		}
+	default:
+		return ErrInvalidValue
+	}
+	return Success
+}
+
+// ElapsedMs is cuEventElapsedTime.
+func (c *Client) ElapsedMs(start, end uint32) (float32, Result) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	a, ok1 := c.events[start]
+	b, ok2 := c.events[end]
+	if !ok1 || !ok2 {
+		return 0, ErrInvalidHandle
+	}
+	a.ctx.dev.advance(c.s.nowNs())
+	if a.recGen == 0 || b.recGen == 0 {
+		return 0, ErrInvalidHandle
+	}
+	if a.doneGen < a.recGen || b.doneGen < b.recGen {
+		return 0, ErrNotReady
+	}
+	return float32((b.doneAt - a.doneAt) / 1e6), Success
+}
+
+func (c *Client) syncStream(st *Stream, done func(Result)) {
+	s := c.s
+	s.mu.Lock()
+	d := st.ctx.dev
+	d.advance(s.nowNs())
+	if st.ctx.err != Success {
+		r := st.ctx.err
+		s.mu.Unlock()
+		done(r)
+		return
+	}
+	if len(st.q) == 0 {
+		s.mu.Unlock()
+		done(Success)
+		return
+	}
+	st.waiters = append(st.waiters, streamWaiter{seq: st.enq, cb: done})
+	s.mu.Unlock()
+}
+
+func (c *Client) syncContext(x *Context, done func(Result)) {
+	s := c.s
+	s.mu.Lock()
+	x.dev.advance(s.nowNs())
+	if x.err != Success {
+		r := x.err
+		s.mu.Unlock()
+		done(r)
+		return
+	}
+	cs := &ctxSync{cb: done}
+	for _, st := range x.streams {
+		if len(st.q) == 0 {
+			continue
+		}
+		cs.left++
+		st.waiters = append(st.waiters, streamWaiter{seq: st.enq, cb: func(r Result) {
+			// runs unlocked, after the device loop released the lock
+			s.mu.Lock()
+			cs.left--
+			if r != Success && cs.left >= 0 {
+				cs.left = -1 << 30
+				s.mu.Unlock()
+				done(r)
+				return
+			}
+			fire := cs.left == 0
+			s.mu.Unlock()
+			if fire {
+				done(Success)
+			}
+		}})
+	}
+	s.mu.Unlock()
+	if cs.left == 0 {
+		done(Success)
+	}
+}
+
+// MemAlloc reserves n bytes in context ctx and returns a device address.
+func (c *Client) MemAlloc(ctx uint32, n uint64) (uint64, Result) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	x, r := c.context(ctx)
+	if r != Success {
+		return 0, r
+	}
+	if x.err != Success {
+		return 0, x.err
+	}
+	if n == 0 || n > 1<<50 {
+		return 0, ErrInvalidValue
+	}
+	d := x.dev
+	if d.memUsed+n > d.p.MemoryBytes || d.lost {
+		return 0, ErrOutOfMemory
+	}
+	if x.memLimit > 0 && x.memUsed+n > x.memLimit {
+		return 0, ErrOutOfMemory
+	}
+	ptr := d.nextPtr
+	d.nextPtr += (n + 0xfff) &^ 0xfff
+	x.allocs[ptr] = n
+	x.memUsed += n
+	d.memUsed += n
+	c.stats[d.index].MemUsed += n
+	return ptr, Success
+}
+
+// MemFree releases an allocation made by MemAlloc in any of the process's
+// contexts.
+func (c *Client) MemFree(ptr uint64) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for _, x := range c.ctxs {
+		if n, ok := x.allocs[ptr]; ok {
+			delete(x.allocs, ptr)
+			x.memUsed -= n
+			x.dev.memUsed -= n
+			c.stats[x.dev.index].MemUsed -= n
+			return Success
+		}
+	}
+	return ErrInvalidValue
+}
+
+// MemInfo is cuMemGetInfo for context ctx: free and total as the context sees
+// them (an MPS pinned-memory limit shrinks both).
+func (c *Client) MemInfo(ctx uint32) (free, total uint64, r Result) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	x, r := c.context(ctx)
+	if r != Success {
+		return 0, 0, r
+	}
+	d := x.dev
+	total = d.p.MemoryBytes
+	free = total - d.memUsed
+	if x.memLimit > 0 && x.memLimit < total {
+		total = x.memLimit
+		if lf := x.memLimit - min(x.memLimit, x.memUsed); lf < free {
+			free = lf
+		}
+	}
+	return free, total, Success
+}
+
+// Pending is the number of operations the process has queued and not finished.
+func (c *Client) Pending() int {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.pending
+}
+
+// WaitRoom blocks while the process has MaxPending operations queued, the way
+// a full launch queue blocks cuLaunchKernel. It returns false if stop closes.
+func (c *Client) WaitRoom(stop <-chan struct{}) bool {
+	for {
+		c.s.mu.Lock()
+		full := c.pending >= c.s.cfg.MaxPending
+		c.s.mu.Unlock()
+		if !full {
+			return true
+		}
+		select {
+		case <-c.room:
+		case <-stop:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Close ends the process. Contexts still holding work die dirty: under MPS
+// that faults every other client of the server on that device.
+func (c *Client) Close() {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	for _, x := range c.ctxs {
+		x.dev.advance(s.nowNs())
+		busy := false
+		for _, st := range x.streams {
+			if len(st.q) > 0 {
+				busy = true
+			}
+		}
+		if busy && x.err == Success && x.mps != nil {
+			s.log.Info("MPS client exited with work in flight; faulting the server's clients",
+				"pid", c.PID, "device", x.dev.index, "server", x.mps.PID)
+			x.dev.recordXid(43, c.PID, "MPS client exited with kernels in flight")
+			s.mpsFault(x.mps, x.dev, ErrLaunchFailed, x)
+		}
+	}
+	for _, x := range c.ctxs {
+		c.releaseContext(x)
+	}
+	for _, srv := range s.servers {
+		s.mpsClientMaybeGone(srv, c)
+	}
+	delete(s.clients, c)
+}
+
+// faultContext gives a context a sticky error; lock held.
+func (s *Sim) faultContext(x *Context, code Result) {
+	if x.err != Success {
+		return
+	}
+	x.err = code
+	for _, st := range x.streams {
+		x.c.dropStream(st, code)
+	}
+	for _, e := range x.c.events {
+		if e.ctx == x {
+			for _, w := range e.waiters {
+				x.dev.post(w.cb, code)
+			}
+			e.waiters = nil
+		}
+	}
+	c, id := x.c, x.ID
+	x.dev.post(func(r Result) { c.notify(id, r) }, code)
+	x.dev.dirty = true
+	x.dev.kick()
+}

@@ -1,0 +1,332 @@
+package sim
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+const testModule = `gpusim-module 1
+func big block_us=1000 bw=0.1
+func small block_us=1000 bw=0.1 blocks_per_sm=1
+func hog block_us=1000 bw=0.8 blocks_per_sm=8
+`
+
+func newTestSim(t *testing.T, prof string) *Sim {
+	t.Helper()
+	p, err := LookupProfile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Devices: []Profile{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// proc is a minimal in-process client: one context, one stream, one module.
+type proc struct {
+	c  *Client
+	st uint32
+}
+
+func newProc(t *testing.T, s *Sim, pid int, mps int, atp float64) *proc {
+	t.Helper()
+	c := s.Connect(pid, 0, nil)
+	if r := c.CreateContext(1, 0, 100, mps, atp, 0); r != Success {
+		t.Fatalf("create context: %v", r)
+	}
+	if r := c.LoadModule(1, []byte(testModule)); r != Success {
+		t.Fatalf("load module: %v", r)
+	}
+	for i, n := range []string{"big", "small", "hog"} {
+		if r := c.GetFunction(1, uint32(10+i), n); r != Success {
+			t.Fatalf("get function %s: %v", n, r)
+		}
+	}
+	return &proc{c: c, st: 100}
+}
+
+func (p *proc) sync(t *testing.T) Result {
+	ch := make(chan Result, 1)
+	p.c.Sync(SyncStream, p.st, func(r Result) { ch <- r })
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Error("sync never returned")
+	}
+	return ErrUnknown
+}
+
+// run launches n kernels of fn with the given grid and returns the wall time
+// until they are done.
+func (p *proc) run(t *testing.T, fn uint32, grid uint32, n int) time.Duration {
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if r := p.c.Launch(p.st, fn, [3]uint32{grid, 1, 1}, [3]uint32{256, 1, 1}); r != Success {
+			t.Errorf("launch: %v", r)
+			return 0
+		}
+	}
+	if r := p.sync(t); r != Success {
+		t.Errorf("sync: %v", r)
+	}
+	return time.Since(start)
+}
+
+func near(got, want time.Duration, tol float64) bool {
+	return math.Abs(float64(got-want)) <= tol*float64(want)
+}
+
+func TestKernelCost(t *testing.T) {
+	p, _ := LookupProfile("h100")
+	tests := []struct {
+		name     string
+		f        Function
+		grid     uint32
+		threads  uint32
+		wantSMs  int
+		wantNs   float64
+		wantFail bool
+	}{
+		{"fills gpu", Function{BlockNs: 1000}, 132 * 8, 256, 132, 1000, false},
+		{"two waves", Function{BlockNs: 1000}, 2 * 132 * 8, 256, 132, 2000, false},
+		{"small kernel", Function{BlockNs: 1000}, 16, 256, 2, 1000, false},
+		{"one block", Function{BlockNs: 1000, FixedNs: 500}, 1, 1024, 1, 1500, false},
+		{"declared blocks per sm", Function{BlockNs: 1000, BlocksPerSM: 1}, 66, 32, 66, 1000, false},
+		{"too many threads", Function{BlockNs: 1000}, 1, 2048, 0, 0, true},
+		{"empty grid", Function{BlockNs: 1000}, 0, 256, 0, 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, ns, err := kernelCost(&p, tc.f, [3]uint32{tc.grid, 1, 1}, [3]uint32{tc.threads, 1, 1})
+			if (err != nil) != tc.wantFail {
+				t.Fatalf("err = %v, want failure %v", err, tc.wantFail)
+			}
+			if s != tc.wantSMs || math.Abs(ns-tc.wantNs) > 1e-6 {
+				t.Errorf("got %d SMs %.0f ns, want %d SMs %.0f ns", s, ns, tc.wantSMs, tc.wantNs)
+			}
+		})
+	}
+}
+
+func TestParseModule(t *testing.T) {
+	tests := []struct {
+		name, text string
+		ok         bool
+	}{
+		{"good", testModule, true},
+		{"opaque", "\x7fELF....", true},
+		{"bad version", "gpusim-module 2\nfunc a block_us=1\n", false},
+		{"bad key", "gpusim-module 1\nfunc a speed=1\n", false},
+		{"bw too big", "gpusim-module 1\nfunc a bw=2\n", false},
+		{"negative", "gpusim-module 1\nfunc a block_us=-1\n", false},
+		{"no funcs", "gpusim-module 1\n", false},
+		{"garbage line", "gpusim-module 1\nfoo\n", false},
+	}
+	for _, tc := range tests {
+		_, err := ParseModule([]byte(tc.text))
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestAloneTakesNominalTime(t *testing.T) {
+	s := newTestSim(t, "h100")
+	p := newProc(t, s, 1, 0, 0)
+	// 20 kernels x 1ms filling the GPU
+	got := p.run(t, 10, 132*8, 20)
+	if !near(got, 20*time.Millisecond, 0.25) {
+		t.Errorf("20 x 1ms kernels took %v, want about 20ms", got)
+	}
+}
+
+func runConcurrently(t *testing.T, ps []*proc, fn uint32, grid uint32, n int) []time.Duration {
+	out := make([]time.Duration, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = p.run(t, fn, grid, n)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func TestMPSClientsShareSMs(t *testing.T) {
+	s := newTestSim(t, "h100")
+	if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newProc(t, s, 1, 999, 0), newProc(t, s, 2, 999, 0)
+	got := runConcurrently(t, []*proc{a, b}, 10, 132*8, 20)
+	for i, g := range got {
+		if !near(g, 40*time.Millisecond, 0.25) {
+			t.Errorf("client %d: 20 x 1ms full-GPU kernels alongside an equal client took %v, want about 40ms", i, g)
+		}
+	}
+	// small kernels leave room: two 60-SM kernels fit side by side
+	got = runConcurrently(t, []*proc{a, b}, 11, 60, 20)
+	for i, g := range got {
+		if !near(g, 20*time.Millisecond, 0.25) {
+			t.Errorf("client %d: small kernels took %v, want about 20ms (no sharing needed)", i, g)
+		}
+	}
+}
+
+func TestActiveThreadCap(t *testing.T) {
+	s := newTestSim(t, "h100")
+	if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := newProc(t, s, 1, 999, 30)
+	got := p.run(t, 10, 132*8, 6)
+	want := time.Duration(float64(6*time.Millisecond) * 132 / math.Ceil(0.3*132))
+	if !near(got, want, 0.25) {
+		t.Errorf("capped at 30%% alone: took %v, want about %v", got, want)
+	}
+	_, smCap, _, _ := p.c.ContextInfo(1)
+	if smCap != 40 {
+		t.Errorf("SM cap = %d, want 40", smCap)
+	}
+}
+
+func TestBandwidthContention(t *testing.T) {
+	s := newTestSim(t, "h100")
+	if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newProc(t, s, 1, 999, 0), newProc(t, s, 2, 999, 0)
+	// two 60-SM kernels that each want 0.8 of the bandwidth at full speed:
+	// together they ask 1.6x what the device has, so both run 1.6x slower
+	got := runConcurrently(t, []*proc{a, b}, 12, 60*8, 10)
+	for i, g := range got {
+		if !near(g, 16*time.Millisecond, 0.25) {
+			t.Errorf("client %d: bandwidth-bound pair took %v, want about 16ms", i, g)
+		}
+	}
+}
+
+func TestTimeSlicingWithoutMPS(t *testing.T) {
+	s := newTestSim(t, "h100")
+	a, b := newProc(t, s, 1, 0, 0), newProc(t, s, 2, 0, 0)
+	// each wants only 60 SMs, but without MPS they cannot share: total time
+	// is the sum
+	got := runConcurrently(t, []*proc{a, b}, 11, 60, 20)
+	last := max(got[0], got[1])
+	if !near(last, 40*time.Millisecond, 0.25) {
+		t.Errorf("time-sliced pair finished after %v, want about 40ms", last)
+	}
+}
+
+func TestOutOfMemory(t *testing.T) {
+	s := newTestSim(t, "t4")
+	p := newProc(t, s, 1, 0, 0)
+	total := uint64(15360) << 20
+	ptr, r := p.c.MemAlloc(1, total-(1<<30))
+	if r != Success {
+		t.Fatalf("first alloc: %v", r)
+	}
+	if _, r := p.c.MemAlloc(1, 2<<30); r != ErrOutOfMemory {
+		t.Errorf("alloc beyond free = %v, want out of memory", r)
+	}
+	free, tot, _ := p.c.MemInfo(1)
+	if free != 1<<30 || tot != total {
+		t.Errorf("mem info = %d/%d, want %d/%d", free, tot, 1<<30, total)
+	}
+	if r := p.c.MemFree(ptr); r != Success {
+		t.Errorf("free: %v", r)
+	}
+	if r := p.c.MemFree(ptr); r != ErrInvalidValue {
+		t.Errorf("double free = %v, want invalid value", r)
+	}
+	if _, r := p.c.MemAlloc(1, 0); r != ErrInvalidValue {
+		t.Errorf("zero alloc = %v, want invalid value", r)
+	}
+}
+
+func TestMPSDirtyExitFaultsOthers(t *testing.T) {
+	for _, mps := range []bool{true, false} {
+		s := newTestSim(t, "h100")
+		srv := 0
+		if mps {
+			srv = 999
+			if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		victim, killer := newProc(t, s, 1, srv, 0), newProc(t, s, 2, srv, 0)
+		for i := 0; i < 5; i++ {
+			killer.c.Launch(killer.st, 10, [3]uint32{132 * 8, 1, 1}, [3]uint32{256, 1, 1})
+			victim.c.Launch(victim.st, 11, [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1})
+		}
+		killer.c.Close()
+		r := victim.sync(t)
+		if mps && r != ErrLaunchFailed {
+			t.Errorf("MPS: survivor's sync = %v, want launch failed", r)
+		}
+		if !mps && r != Success {
+			t.Errorf("no MPS: survivor's sync = %v, want success", r)
+		}
+		// a new client is refused while the faulted one lives
+		n := s.Connect(3, 0, nil)
+		r = n.CreateContext(1, 0, 100, srv, 0, 0)
+		if mps && r != ErrMPSServerNotReady {
+			t.Errorf("MPS: new client while faulted = %v, want server not ready", r)
+		}
+		if !mps && r != Success {
+			t.Errorf("no MPS: new client = %v, want success", r)
+		}
+		victim.c.Close()
+		if mps {
+			if r := n.CreateContext(2, 0, 101, srv, 0, 0); r != Success {
+				t.Errorf("MPS: new client after all exited = %v, want success", r)
+			}
+		}
+	}
+}
+
+func TestStatsAgreeWithWork(t *testing.T) {
+	s := newTestSim(t, "h100")
+	p := newProc(t, s, 7, 0, 0)
+	// 66 SMs busy (half the GPU) for 30ms
+	p.run(t, 11, 66, 30)
+	st, _ := s.Stats(0)
+	if math.Abs(st.BusyNs-30e6) > 3e6 {
+		t.Errorf("busy = %.1fms, want about 30ms", st.BusyNs/1e6)
+	}
+	if math.Abs(st.SMNs/st.BusyNs/132-0.5) > 0.02 {
+		t.Errorf("SM activity while busy = %.2f, want 0.5", st.SMNs/st.BusyNs/132)
+	}
+	if len(st.Processes) != 1 || st.Processes[0].PID != 7 || st.Processes[0].Launches != 30 {
+		t.Errorf("processes = %+v, want pid 7 with 30 launches", st.Processes)
+	}
+}
+
+func TestPowerCapLowersClock(t *testing.T) {
+	s := newTestSim(t, "h100")
+	if err := s.SetPowerLimit(0, 400); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPowerLimit(0, 5); err == nil {
+		t.Error("power limit below idle accepted")
+	}
+	p := newProc(t, s, 1, 0, 0)
+	for i := 0; i < 30; i++ {
+		p.c.Launch(p.st, 10, [3]uint32{132 * 8, 1, 1}, [3]uint32{256, 1, 1})
+	}
+	time.Sleep(5 * time.Millisecond)
+	st, _ := s.Stats(0)
+	if st.ClockReasons&ReasonSwPowerCap == 0 || st.SMClockMHz >= st.MaxSMClockMHz || st.PowerW > 400.5 {
+		t.Errorf("under a 400W cap at full load: clock %d/%d MHz, reasons %#x, power %.0fW",
+			st.SMClockMHz, st.MaxSMClockMHz, st.ClockReasons, st.PowerW)
+	}
+	p.sync(t)
+}
