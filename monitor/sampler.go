@@ -1,0 +1,333 @@
+package monitor
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// gpu is one GPU as the sampler knows it: its handle, identity, and the
+// state some metrics need between samples.
+type gpu struct {
+	index  int
+	handle nvml.Device
+	uuid   string
+	name   string
+
+	maxSMClock *uint32 // fixed for the board: read once
+
+	gpmChecked bool
+	gpmOn      bool
+	gpmErr     string // why GPM could not be set up, if it failed
+	gpmPrev    nvml.GpmSample
+	gpmCur     nvml.GpmSample
+	gpmHave    bool // gpmPrev holds a sample
+	gpmQuery   *nvml.GpmMetricsGetType
+
+	procLastSeen uint64 // newest process-utilisation timestamp seen (µs)
+}
+
+// sampler reads metrics from NVML. It holds no lock: one goroutine (the
+// monitor's poll loop) drives it.
+type sampler struct {
+	lib nvml.Interface
+	log *slog.Logger
+	// eventReasons: the driver has nvmlDeviceGetCurrentClocksEventReasons
+	// (R535+); older drivers only have the ...ThrottleReasons name.
+	eventReasons bool
+	// gpmSymbols: the driver has the GPM API (R520+).
+	gpmSymbols bool
+}
+
+func newSampler(lib nvml.Interface, log *slog.Logger) *sampler {
+	return &sampler{
+		lib:          lib,
+		log:          log,
+		eventReasons: hasSymbol(lib, "nvmlDeviceGetCurrentClocksEventReasons"),
+		gpmSymbols:   hasSymbol(lib, "nvmlGpmQueryDeviceSupport") && hasSymbol(lib, "nvmlGpmMetricsGet"),
+	}
+}
+
+// hasSymbol reports whether the NVML library exports name. go-nvml binds
+// symbols lazily, so calling a function an old driver lacks kills the
+// process; asking first is the only safe way. A pure-Go implementation
+// (gpusim's adapter, mocks) that cannot answer is taken to have everything:
+// calling it cannot crash the process, and a missing method answers
+// NOT_SUPPORTED or panics into a recorded error.
+func hasSymbol(lib nvml.Interface, name string) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = true
+		}
+	}()
+	ext := lib.Extensions()
+	if ext == nil {
+		return true
+	}
+	return ext.LookupSymbol(name) == nil
+}
+
+// discover enumerates the GPUs. It fails only when NVML cannot count them;
+// a GPU whose handle cannot be read is reported and left out, because the
+// monitor cannot watch it either way.
+func discover(lib nvml.Interface, log *slog.Logger) ([]*gpu, error) {
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("counting GPUs through NVML: %w", ret)
+	}
+	gpus := make([]*gpu, 0, n)
+	for i := range n {
+		h, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			log.Warn("GPU left out: no NVML handle", "index", i, "err", ret.Error())
+			continue
+		}
+		g := &gpu{index: i, handle: h, uuid: fmt.Sprintf("gpu-index-%d", i)}
+		if u, ret := h.GetUUID(); ret == nvml.SUCCESS && u != "" {
+			g.uuid = u
+		} else {
+			log.Warn("GPU UUID unreadable; using its index as identity", "index", i, "err", ret.Error())
+		}
+		if name, ret := h.GetName(); ret == nvml.SUCCESS {
+			g.name = name
+		}
+		gpus = append(gpus, g)
+	}
+	return gpus, nil
+}
+
+// reading collects the outcome of the NVML calls of one sample.
+type reading struct {
+	s *Sample
+}
+
+// call runs one NVML query and files its outcome under metric. A panic
+// (an adapter that does not implement a method) becomes an error: the
+// monitor must outlive a partial NVML implementation.
+func (r *reading) call(metric string, f func() nvml.Return) bool {
+	if r.s.Lost {
+		return false
+	}
+	ret, panicked := safeCall(f)
+	if panicked != "" {
+		r.fail(metric, panicked)
+		return false
+	}
+	switch ret {
+	case nvml.SUCCESS:
+		return true
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		r.unsupported(metric)
+	case nvml.ERROR_GPU_IS_LOST, nvml.ERROR_RESET_REQUIRED:
+		r.s.Lost = true
+		r.fail(metric, ret.Error())
+	default:
+		r.fail(metric, ret.Error())
+	}
+	return false
+}
+
+func safeCall(f func() nvml.Return) (ret nvml.Return, panicked string) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = fmt.Sprintf("NVML call panicked: %v", p)
+		}
+	}()
+	return f(), ""
+}
+
+func (r *reading) unsupported(metric string) {
+	if !slices.Contains(r.s.Unsupported, metric) {
+		r.s.Unsupported = append(r.s.Unsupported, metric)
+	}
+}
+
+func (r *reading) fail(metric, msg string) {
+	if r.s.Errors == nil {
+		r.s.Errors = make(map[string]string)
+	}
+	r.s.Errors[metric] = msg
+}
+
+// sample reads every metric of one GPU. It never fails: what could not be
+// read is recorded in the sample.
+func (sm *sampler) sample(g *gpu, now time.Time) *Sample {
+	r := reading{s: &Sample{Time: now}}
+	d := g.handle
+
+	var util nvml.Utilization
+	if r.call(MetricUtilization, func() (ret nvml.Return) { util, ret = d.GetUtilizationRates(); return }) {
+		r.s.GPUUtilPercent, r.s.MemUtilPercent = ptr(util.Gpu), ptr(util.Memory)
+	}
+	var mem nvml.Memory
+	if r.call(MetricMemory, func() (ret nvml.Return) { mem, ret = d.GetMemoryInfo(); return }) {
+		r.s.MemoryUsedBytes, r.s.MemoryTotalBytes = ptr(mem.Used), ptr(mem.Total)
+	}
+	var temp uint32
+	if r.call(MetricTemperature, func() (ret nvml.Return) { temp, ret = d.GetTemperature(nvml.TEMPERATURE_GPU); return }) {
+		r.s.TemperatureC = ptr(temp)
+	}
+	var clk uint32
+	if r.call(MetricSMClock, func() (ret nvml.Return) { clk, ret = d.GetClockInfo(nvml.CLOCK_SM); return }) {
+		r.s.SMClockMHz = ptr(clk)
+	}
+	if g.maxSMClock == nil {
+		var maxClk uint32
+		if r.call(MetricSMClockMax, func() (ret nvml.Return) { maxClk, ret = d.GetMaxClockInfo(nvml.CLOCK_SM); return }) && maxClk > 0 {
+			g.maxSMClock = ptr(maxClk)
+		}
+	}
+	r.s.SMClockMaxMHz = g.maxSMClock
+	var reasons uint64
+	if r.call(MetricClockEvents, func() (ret nvml.Return) {
+		if sm.eventReasons {
+			reasons, ret = d.GetCurrentClocksEventReasons()
+		} else {
+			reasons, ret = d.GetCurrentClocksThrottleReasons()
+		}
+		return
+	}) {
+		r.s.ClockEventReasons = ptr(reasons)
+	}
+	var power, limit uint32
+	if r.call(MetricPower, func() (ret nvml.Return) { power, ret = d.GetPowerUsage(); return }) {
+		r.s.PowerMilliwatts = ptr(power)
+	}
+	if r.call(MetricPowerLimit, func() (ret nvml.Return) { limit, ret = d.GetEnforcedPowerLimit(); return }) {
+		r.s.PowerLimitMilliwatts = ptr(limit)
+	}
+	sm.sampleGPM(g, &r)
+	sm.sampleProcesses(g, &r)
+
+	// A lost GPU makes every later call fail the same way; the partial
+	// readings from before the loss are stale, so drop them.
+	if r.s.Lost {
+		return &Sample{Time: now, Lost: true, Errors: r.s.Errors}
+	}
+	return r.s
+}
+
+// sampleGPM reads SM activity from GPU Performance Monitoring: the
+// percentage of SMs busy between two GPM samples, which is what DCGM calls
+// SM activity (NVML utilisation only says "some kernel ran").
+func (sm *sampler) sampleGPM(g *gpu, r *reading) {
+	if !g.gpmChecked {
+		g.gpmChecked = true
+		g.gpmOn = sm.initGPM(g, r)
+		g.gpmErr = r.s.Errors[MetricSMActivity]
+	}
+	if !g.gpmOn {
+		// Setting GPM up is tried once: its failure is a property of the
+		// GPU or driver, so every later sample repeats the verdict.
+		if g.gpmErr != "" {
+			r.fail(MetricSMActivity, g.gpmErr)
+		} else {
+			r.unsupported(MetricSMActivity)
+		}
+		return
+	}
+	if !r.call(MetricSMActivity, func() nvml.Return { return g.handle.GpmSampleGet(g.gpmCur) }) {
+		g.gpmHave = false
+		return
+	}
+	if g.gpmHave {
+		q := g.gpmQuery
+		q.NumMetrics = 1
+		q.Sample1, q.Sample2 = g.gpmPrev, g.gpmCur
+		q.Metrics[0] = nvml.GpmMetric{MetricId: uint32(nvml.GPM_METRIC_SM_UTIL)}
+		if r.call(MetricSMActivity, func() nvml.Return { return sm.lib.GpmMetricsGet(q) }) {
+			if mr := nvml.Return(q.Metrics[0].NvmlReturn); mr != nvml.SUCCESS {
+				r.fail(MetricSMActivity, mr.Error())
+			} else {
+				r.s.SMActivityPercent = ptr(q.Metrics[0].Value)
+			}
+		}
+	}
+	g.gpmPrev, g.gpmCur = g.gpmCur, g.gpmPrev
+	g.gpmHave = true
+}
+
+// initGPM allocates g's GPM buffers when the GPU supports GPM.
+func (sm *sampler) initGPM(g *gpu, r *reading) bool {
+	if !sm.gpmSymbols {
+		return false
+	}
+	var sup nvml.GpmSupport
+	if !r.call(MetricSMActivity, func() (ret nvml.Return) { sup, ret = g.handle.GpmQueryDeviceSupport(); return }) || sup.IsSupportedDevice == 0 {
+		return false
+	}
+	var a, b nvml.GpmSample
+	if !r.call(MetricSMActivity, func() (ret nvml.Return) { a, ret = sm.lib.GpmSampleAlloc(); return }) {
+		return false
+	}
+	if !r.call(MetricSMActivity, func() (ret nvml.Return) { b, ret = sm.lib.GpmSampleAlloc(); return }) {
+		safeCall(a.Free)
+		return false
+	}
+	g.gpmPrev, g.gpmCur, g.gpmQuery = a, b, &nvml.GpmMetricsGetType{}
+	sm.log.Info("GPM SM activity enabled", "gpu", g.index)
+	return true
+}
+
+// freeGPM releases the GPM buffers of g.
+func (g *gpu) freeGPM() {
+	for _, s := range []nvml.GpmSample{g.gpmPrev, g.gpmCur} {
+		if s != nil {
+			safeCall(s.Free)
+		}
+	}
+	g.gpmPrev, g.gpmCur, g.gpmOn, g.gpmHave = nil, nil, false, false
+}
+
+// valueNotAvailable is NVML_VALUE_NOT_AVAILABLE: the driver cannot tell a
+// process's memory (e.g. without privileges or under some MPS setups).
+const valueNotAvailable = ^uint64(0)
+
+// sampleProcesses lists compute processes with their memory, merged with
+// their SM/memory utilisation since the previous sample.
+func (sm *sampler) sampleProcesses(g *gpu, r *reading) {
+	var infos []nvml.ProcessInfo
+	if !r.call(MetricProcesses, func() (ret nvml.Return) { infos, ret = g.handle.GetComputeRunningProcesses(); return }) {
+		return
+	}
+	procs := make([]ProcessSample, 0, len(infos))
+	byPID := make(map[uint32]int, len(infos))
+	for _, p := range infos {
+		ps := ProcessSample{PID: p.Pid}
+		if p.UsedGpuMemory != valueNotAvailable {
+			ps.UsedMemoryBytes = ptr(p.UsedGpuMemory)
+		}
+		byPID[p.Pid] = len(procs)
+		procs = append(procs, ps)
+	}
+
+	var utils []nvml.ProcessUtilizationSample
+	ok := r.call(MetricProcessUtil, func() (ret nvml.Return) {
+		utils, ret = g.handle.GetProcessUtilization(g.procLastSeen)
+		if ret == nvml.ERROR_NOT_FOUND { // no new samples since procLastSeen
+			utils, ret = nil, nvml.SUCCESS
+		}
+		return
+	})
+	if ok {
+		// Several samples per process can arrive; keep the newest.
+		newest := make(map[uint32]uint64, len(utils))
+		for _, u := range utils {
+			if u.TimeStamp > g.procLastSeen {
+				g.procLastSeen = u.TimeStamp
+			}
+			i, known := byPID[u.Pid]
+			if !known || u.TimeStamp < newest[u.Pid] {
+				continue
+			}
+			newest[u.Pid] = u.TimeStamp
+			procs[i].SMUtilPercent, procs[i].MemUtilPercent = ptr(u.SmUtil), ptr(u.MemUtil)
+		}
+	}
+	slices.SortFunc(procs, func(a, b ProcessSample) int { return cmp.Compare(a.PID, b.PID) })
+	r.s.Processes = procs
+}
