@@ -1,0 +1,93 @@
+package muxctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/policy"
+	"github.com/muxflow/muxflow/tests/testenv"
+)
+
+func TestPolicyCheckExitCodes(t *testing.T) {
+	bin := testenv.Artifact(t, "bin/muxctl")
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(good, []byte(policy.DefaultTOML), 0o644)
+	os.WriteFile(bad, []byte("[monitor]\nperiod = \"soon\"\n"), 0o644)
+
+	out, err := exec.Command(bin, "policy", "check", good).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "valid") {
+		t.Errorf("good file: %v %s", err, out)
+	}
+	out, err = exec.Command(bin, "policy", "check", bad).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "line 2") || !strings.Contains(string(out), "monitor.period") {
+		t.Errorf("bad file: %v %s", err, out)
+	}
+	out, err = exec.Command(bin, "frobnicate").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `unknown command "frobnicate"`) {
+		t.Errorf("bad command: %v %s", err, out)
+	}
+	out, err = exec.Command(bin, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "muxctl ") {
+		t.Errorf("version: %v %s", err, out)
+	}
+}
+
+func TestStatusAgainstRealMuxd(t *testing.T) {
+	muxd := testenv.Artifact(t, "bin/muxd")
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "muxd.sock")
+	pol := filepath.Join(dir, "policy.toml")
+	os.WriteFile(pol, []byte(fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\n",
+		filepath.Join(dir, "state"), filepath.Join(dir, "run"), sock)), 0o644)
+	cmd := exec.Command(muxd, "--policy", pol)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	c := client.New(sock, time.Second)
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		if _, err := c.Node(ctx); err == nil {
+			break
+		} else if i > 200 {
+			t.Fatalf("muxd not ready: %v", err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if _, err := c.Register(ctx, api.RegisterRequest{ID: "svc-a", Class: api.Online, GPUs: []string{"0"}, Limits: api.Limits{GPUMemory: 4 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Main(ctx, []string{"--socket", sock, "status"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CONTAINER", "svc-a", "online", "created", "4GiB"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := Main(ctx, []string{"--socket", sock, "status", "-o", "json"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil || len(st.Containers) != 1 || st.Node.Containers != 1 {
+		t.Errorf("json status: %v %s", err, out.String())
+	}
+	err := Main(ctx, []string{"--socket", filepath.Join(dir, "nope.sock"), "status"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "not reachable") {
+		t.Errorf("muxd down: %v", err)
+	}
+}

@@ -1,0 +1,166 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/muxflow/muxflow/muxd/api"
+)
+
+type fakeProcs map[int]uint64
+
+func (f fakeProcs) StartTicks(pid int) (uint64, error) {
+	if t, ok := f[pid]; ok {
+		return t, nil
+	}
+	return 0, fmt.Errorf("process %d does not exist", pid)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func req(id string) api.RegisterRequest {
+	return api.RegisterRequest{ID: id, Class: api.Offline, GPUs: []string{"0"}, Limits: api.Limits{SMPercent: 30}}
+}
+
+func TestLifecyclePersists(t *testing.T) {
+	dir := t.TempDir()
+	procs := fakeProcs{100: 7}
+	r, err := Open(dir, procs, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, created, err := r.Add(req("a"), api.ControlPaths{Dir: "/run/muxflow/c/a"}); err != nil || !created {
+		t.Fatalf("Add: created=%v err=%v", created, err)
+	}
+	if _, created, err := r.Add(req("a"), api.ControlPaths{}); err != nil || created {
+		t.Fatalf("identical re-Add: created=%v err=%v, want idempotent", created, err)
+	}
+	other := req("a")
+	other.Class = api.Online
+	if _, _, err := r.Add(other, api.ControlPaths{}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("conflicting re-Add: %v, want ErrConflict", err)
+	}
+	if _, err := r.Start("a", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Start("missing", 100); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Start unknown: %v", err)
+	}
+	if _, err := r.Start("a", 555); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("Start with a pid that does not exist: %v", err)
+	}
+	if _, _, err := r.Add(req("b"), api.ControlPaths{}); err != nil {
+		t.Fatal(err)
+	}
+	want := r.List()
+
+	// A fresh registry over the same directory sees exactly the same containers.
+	r2, err := Open(dir, procs, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, r2.List()); diff != "" {
+		t.Errorf("reopened registry differs (-want +got):\n%s", diff)
+	}
+	if err := r2.Remove("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Remove("b"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Remove: %v", err)
+	}
+	r3, _ := Open(dir, procs, quiet)
+	if r3.Len() != 1 {
+		t.Errorf("after Remove and reopen: %d containers, want 1", r3.Len())
+	}
+}
+
+func TestHostileInputChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	r, _ := Open(dir, fakeProcs{}, quiet)
+	for _, id := range []string{"", "../x", "a/b", ".hidden", "x\x00y", string(make([]byte, 300))} {
+		if _, _, err := r.Add(req(id), api.ControlPaths{}); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("Add(%q): %v, want ErrInvalid", id, err)
+		}
+		if err := r.Remove(id); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("Remove(%q): %v, want ErrInvalid", id, err)
+		}
+	}
+	files, _ := os.ReadDir(dir)
+	if len(files) != 0 {
+		t.Errorf("hostile ids left files: %v", files)
+	}
+	parent, _ := os.ReadDir(filepath.Dir(dir))
+	for _, f := range parent {
+		if f.Name() == "x.json" {
+			t.Errorf("a file was written outside the registry directory")
+		}
+	}
+}
+
+func TestOpenSkipsDamageAndTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "bad.json"), []byte("{not json"), 0o600)
+	os.WriteFile(filepath.Join(dir, "wrong.json"), []byte(`{"id":"other"}`), 0o600)
+	os.WriteFile(filepath.Join(dir, ".tmp-a-123"), []byte("partial"), 0o600)
+	r, err := Open(dir, fakeProcs{}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Len() != 0 {
+		t.Errorf("damaged entries loaded: %v", r.List())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bad.json")); err != nil {
+		t.Errorf("an unreadable entry was deleted; it must be kept for the operator")
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".tmp-a-123")); !os.IsNotExist(err) {
+		t.Errorf("interrupted temp file not cleaned: %v", err)
+	}
+}
+
+func TestReconcile(t *testing.T) {
+	dir := t.TempDir()
+	procs := fakeProcs{1: 10, 2: 20, 3: 30}
+	r, _ := Open(dir, procs, quiet)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.now = func() time.Time { return now }
+	for i, id := range []string{"alive", "exited", "reused"} {
+		r.Add(req(id), api.ControlPaths{})
+		if _, err := r.Start(id, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Add(req("fresh"), api.ControlPaths{})
+	now = now.Add(StaleCreated - time.Minute)
+	r.Add(req("old-created"), api.ControlPaths{})
+	now = now.Add(2 * time.Minute) // "fresh" is now stale, "old-created" is not
+	delete(procs, 2)
+	procs[3] = 31 // pid 3 was recycled by another process
+	got := r.Reconcile()
+	if diff := cmp.Diff([]string{"exited", "fresh", "reused"}, got); diff != "" {
+		t.Errorf("dropped (-want +got):\n%s", diff)
+	}
+	var left []string
+	for _, c := range r.List() {
+		left = append(left, c.ID)
+	}
+	if diff := cmp.Diff([]string{"alive", "old-created"}, left); diff != "" {
+		t.Errorf("kept (-want +got):\n%s", diff)
+	}
+}
+
+func TestProcFS(t *testing.T) {
+	ticks, err := ProcFS{}.StartTicks(os.Getpid())
+	if err != nil || ticks == 0 {
+		t.Fatalf("own process: %d, %v", ticks, err)
+	}
+	if _, err := (ProcFS{}).StartTicks(1 << 30); err == nil {
+		t.Error("nonexistent pid reported alive")
+	}
+}
