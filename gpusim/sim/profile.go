@@ -118,3 +118,9 @@ func (p Profile) Validate() error {
 	}
 	return nil
 }
+
+// Profile returns the device's GPU model.
+func (d *Device) Profile() Profile { return d.p }
+
+// UUID returns the device's UUID.
+func (d *Device) UUID() string { return d.uuid }
