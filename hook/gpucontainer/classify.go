@@ -1,0 +1,71 @@
+package gpucontainer
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// maxAnnotationLen bounds class and limit annotation values; real ones are a few bytes.
+const maxAnnotationLen = 64
+
+// AnnotationError is a class or limit annotation that policy does not accept. Its message
+// is one sentence that names the annotation, meant for the person creating the container.
+type AnnotationError struct {
+	Key    string
+	Reason string
+}
+
+func (e *AnnotationError) Error() string {
+	return fmt.Sprintf("muxflow: annotation %s: %s", e.Key, e.Reason)
+}
+
+// Classify reads a GPU container's class and limits from its annotations. A missing class
+// annotation means the policy's default class; missing limits mean the class defaults (0).
+// Every value is checked against the class bounds in p.
+func Classify(ann map[string]string, p *policy.Policy) (api.Class, api.Limits, error) {
+	var lim api.Limits
+	rules := p.Classify
+	class := api.Class(rules.Default)
+	if v, ok := ann[rules.ClassAnnotation]; ok {
+		c, err := api.ParseClass(strings.TrimSpace(v))
+		if err != nil || len(v) > maxAnnotationLen {
+			return "", lim, &AnnotationError{rules.ClassAnnotation, fmt.Sprintf("%q is not online or offline", truncate(v))}
+		}
+		class = c
+	}
+	bounds, ok := p.ClassLimits(string(class))
+	if !ok {
+		return "", lim, fmt.Errorf("policy: classify.default %q is not a class", class)
+	}
+	if v, ok := ann[rules.MemoryAnnotation]; ok {
+		if len(v) > maxAnnotationLen {
+			return "", lim, &AnnotationError{rules.MemoryAnnotation, fmt.Sprintf("value is %d bytes long, not a size like \"8GiB\"", len(v))}
+		}
+		b, err := policy.ParseBytes(v)
+		if err != nil || b == 0 {
+			return "", lim, &AnnotationError{rules.MemoryAnnotation, fmt.Sprintf("%q is not a size above zero like \"8GiB\"", truncate(v))}
+		}
+		if bounds.MemoryLimit != 0 && b > bounds.MemoryLimit {
+			return "", lim, &AnnotationError{rules.MemoryAnnotation, fmt.Sprintf("%v is above the %s class limit of %v", b, class, bounds.MemoryLimit)}
+		}
+		lim.GPUMemory = uint64(b)
+	}
+	if v, ok := ann[rules.SMAnnotation]; ok {
+		s := strings.TrimSuffix(strings.TrimSpace(v), "%")
+		n, err := strconv.Atoi(s)
+		if err != nil || len(v) > maxAnnotationLen || n < 1 || n > 100 {
+			return "", lim, &AnnotationError{rules.SMAnnotation, fmt.Sprintf("%q is not a whole percentage between 1 and 100", truncate(v))}
+		}
+		lo, hi := int(math.Ceil(float64(bounds.SMMin))), int(math.Floor(float64(bounds.SMMax)))
+		if n < lo || n > hi {
+			return "", lim, &AnnotationError{rules.SMAnnotation, fmt.Sprintf("%d%% is outside the %s class's range %d%%..%d%%", n, class, lo, hi)}
+		}
+		lim.SMPercent = n
+	}
+	return class, lim, nil
+}

@@ -1,0 +1,147 @@
+package wiring
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// AnnotationWired is set on every spec muxflow changed; its value is the container's class.
+const AnnotationWired = "io.muxflow.wired"
+
+// Plan is everything needed to wire one registered container.
+type Plan struct {
+	// Container is muxd's answer to the registration: id, class, limits, control paths.
+	Container api.Container
+	// Policy supplies host paths (MPS pipes, libxcuda, node dirs) and the hook's timeout.
+	Policy *policy.Policy
+	// HookBinary is the host path of muxflow-hook.
+	HookBinary string
+	// Preload is the host file mounted as /etc/ld.so.preload.
+	Preload string
+}
+
+// Modifiers turns the plan into the list of changes, after checking that every host path
+// muxd returned lies inside muxflow's own directories: a confused or compromised muxd must
+// not make the runtime expose arbitrary host files to a container.
+func (pl Plan) Modifiers() (List, error) {
+	p, c := pl.Policy, pl.Container
+	if err := api.ValidateID(c.ID); err != nil {
+		return nil, err
+	}
+	ctl := c.Control
+	if !within(ctl.Dir, p.Node.RunDir) && !within(ctl.Dir, p.Node.StateDir) {
+		return nil, fmt.Errorf("muxd returned control directory %q outside %s and %s", ctl.Dir, p.Node.RunDir, p.Node.StateDir)
+	}
+	mounts := Mounts{
+		Bind(p.MPS.PipeDir, ContainerMPSDir, true),
+		Bind(p.Hook.LibXCUDA, ContainerLib, false),
+	}
+	env := Env{
+		EnvMPSPipe:      ContainerMPSDir,
+		EnvControlBlock: ContainerControlDir,
+		EnvContainerID:  c.ID,
+		EnvClass:        string(c.Class),
+	}
+	if p.Hook.FailClosed {
+		env[EnvFailPolicy] = "closed"
+	}
+	switch {
+	case ctl.Limits != "" && ctl.Usage != "":
+		// The two files, not the directory: a writable directory would let the container
+		// replace its limits file.
+		for _, f := range []struct {
+			host, dst string
+			rw        bool
+		}{{ctl.Limits, ContainerLimits, false}, {ctl.Usage, ContainerUsage, true}} {
+			if !within(f.host, ctl.Dir) {
+				return nil, fmt.Errorf("muxd returned control file %q outside its control directory %q", f.host, ctl.Dir)
+			}
+			mounts = append(mounts, Bind(f.host, f.dst, f.rw))
+		}
+	case ctl.Limits == "" && ctl.Usage == "":
+		// A muxd that names only the directory: mount it whole and read-only, so that
+		// nothing in it can be written from inside whatever muxd puts there.
+		mounts = append(mounts, Bind(ctl.Dir, ContainerControlDir, false))
+	default:
+		return nil, fmt.Errorf("muxd returned only one of the control block's limits and usage files")
+	}
+	if sm := threadPercent(c, p); sm > 0 {
+		env[EnvThreadPercent] = strconv.Itoa(sm)
+	}
+	if !filepath.IsAbs(pl.Preload) {
+		return nil, fmt.Errorf("ld.so.preload file %q is not an absolute path", pl.Preload)
+	}
+	mounts = append(mounts, Bind(pl.Preload, PreloadPath, false))
+	timeout := int(math.Ceil(p.Hook.Timeout.D().Seconds())) + 1
+	return List{
+		mounts,
+		env,
+		Hooks{
+			Binary:         pl.HookBinary,
+			Args:           []string{"--socket", p.Node.Socket, "--timeout", p.Hook.Timeout.D().String()},
+			TimeoutSeconds: timeout,
+		},
+		Annotation{AnnotationWired: string(c.Class)},
+	}, nil
+}
+
+// threadPercent is the MPS active-thread percentage: the out-of-process backstop behind
+// libxcuda's launch throttling. It can only be tightened at context creation, so it is the
+// most the container may ever get: its own request, else its class's ceiling; 100 means
+// no backstop is needed.
+func threadPercent(c api.Container, p *policy.Policy) int {
+	if c.Limits.SMPercent > 0 {
+		if c.Limits.SMPercent >= 100 {
+			return 0
+		}
+		return c.Limits.SMPercent
+	}
+	b, ok := p.ClassLimits(string(c.Class))
+	if !ok || b.SMMax >= 100 {
+		return 0
+	}
+	return max(1, int(math.Floor(float64(b.SMMax))))
+}
+
+func boolEnv(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// PreloadContents is the ld.so.preload that loads libxcuda, followed by the image's own
+// entries (so that wiring a container keeps whatever the image preloaded).
+func PreloadContents(image string) string {
+	var b strings.Builder
+	b.WriteString(ContainerLib + "\n")
+	for line := range strings.Lines(image) {
+		if t := strings.TrimSpace(line); t != "" && t != ContainerLib {
+			b.WriteString(t + "\n")
+		}
+	}
+	return b.String()
+}
+
+func within(path, dir string) bool {
+	rel, ok := relWithin(path, dir)
+	return ok && rel != "."
+}
+
+// relWithin returns path relative to dir when path is clean, absolute and inside dir.
+func relWithin(path, dir string) (string, bool) {
+	if path == "" || !filepath.IsAbs(path) || filepath.Clean(path) != path || dir == "" {
+		return "", false
+	}
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
+}
