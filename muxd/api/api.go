@@ -95,8 +95,7 @@ type StartRequest struct {
 type ControlPaths struct {
 	// Dir is the container's private directory under the state directory.
 	Dir string `json:"dir"`
-	// Limits is the control-block file muxd writes (mounted read-only). Empty until
-	// libxcuda's control block is wired.
+	// Limits is the control-block file muxd writes (mounted read-only).
 	Limits string `json:"limits,omitempty"`
 	// Usage is the file libxcuda writes (mounted read-write).
 	Usage string `json:"usage,omitempty"`
@@ -105,12 +104,30 @@ type ControlPaths struct {
 // Container is one registered container as muxd stores and reports it.
 type Container struct {
 	RegisterRequest
-	State        ContainerState `json:"state"`
-	PID          int            `json:"pid,omitempty"`
-	Registered   time.Time      `json:"registered"`
-	Started      time.Time      `json:"started,omitzero"`
-	Control      ControlPaths   `json:"control"`
-	EffectiveSMs int            `json:"effective_sm_percent,omitempty"`
+	State      ContainerState `json:"state"`
+	PID        int            `json:"pid,omitempty"`
+	Registered time.Time      `json:"registered"`
+	Started    time.Time      `json:"started,omitzero"`
+	Control    ControlPaths   `json:"control"`
+	// Usage is read live from the control block when the container is reported;
+	// it is never stored.
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Usage is what a container's processes report through libxcuda's control block.
+type Usage struct {
+	// ReservedBytes is device memory held now, summed over the container's GPUs.
+	ReservedBytes uint64        `json:"reserved_bytes"`
+	Launches      uint64        `json:"launches"`
+	GPUTime       time.Duration `json:"gpu_time_ns"`
+	Throttled     time.Duration `json:"throttled_ns"`
+	InFlight      uint32        `json:"inflight"`
+	OOMDenials    uint32        `json:"oom_denials"`
+	Processes     int           `json:"processes"`
+	// SharePercent is the GPU-time share muxd currently allows (100 = not throttled).
+	SharePercent float64   `json:"share_percent"`
+	Paused       bool      `json:"paused,omitempty"`
+	Heartbeat    time.Time `json:"heartbeat,omitzero"`
 }
 
 // GPU is one device in muxd's inventory.

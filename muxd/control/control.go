@@ -1,6 +1,8 @@
-// Package control manages the per-container directories under muxd's run directory that
-// hold each container's control block: the limits muxd writes (mounted read-only into the
-// container) and the usage libxcuda writes back.
+// Package control manages each registered container's control block under muxd's run
+// directory (<run_dir>/c/<id>/): the limits file muxd writes (mounted read-only into the
+// container) and the usage file libxcuda writes back. The block layout is libxcuda's
+// (package ctlblock); this package decides what goes in it from the container's class,
+// its annotations and the policy, and keeps the blocks open so limits can change at once.
 package control
 
 import (
@@ -8,13 +10,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
 )
 
 // Manager owns <run_dir>/c/<id>/ for every registered container.
 type Manager struct {
 	root string // <run_dir>/c
+
+	mu     sync.Mutex
+	blocks map[string]*ctlblock.Block
 }
 
 // NewManager prepares <runDir>/c.
@@ -26,37 +35,128 @@ func NewManager(runDir string) (*Manager, error) {
 	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("control directory %s is not a directory (a symlink is refused)", root)
 	}
-	return &Manager{root: root}, nil
+	return &Manager{root: root, blocks: map[string]*ctlblock.Block{}}, nil
 }
 
 // Paths returns where a container's files live; id must already be validated.
 func (m *Manager) Paths(id string) api.ControlPaths {
 	dir := filepath.Join(m.root, id)
-	return api.ControlPaths{Dir: dir}
+	return api.ControlPaths{
+		Dir:    dir,
+		Limits: filepath.Join(dir, ctlblock.LimitsFile),
+		Usage:  filepath.Join(dir, ctlblock.UsageFile),
+	}
 }
 
-// Ensure creates the container's directory (idempotent).
-func (m *Manager) Ensure(c api.Container) error {
+// InitialLimits derives a new container's limits from its request and the policy. The
+// SM allocator changes the share afterwards; memory caps and MPS settings stay.
+func InitialLimits(c api.Container, p *policy.Policy) ctlblock.Limits {
+	cl, _ := p.ClassLimits(string(c.Class))
+	l := ctlblock.Unlimited()
+	mem := c.Limits.GPUMemory
+	if mem == 0 {
+		mem = uint64(cl.MemoryLimit)
+	}
+	if mem > 0 {
+		// The cap is per GPU; the container sees its GPUs as ordinals 0..n-1.
+		l.MemoryBytes = make([]uint64, ctlblock.MaxDevices)
+		for i := range l.MemoryBytes {
+			l.MemoryBytes[i] = mem
+		}
+	}
+	sm := float64(c.Limits.SMPercent)
+	if sm == 0 && c.Class == api.Offline {
+		sm = float64(cl.SMMax)
+	}
+	if sm > 0 {
+		l.MPSActiveThreadPercent = uint32(sm + 0.5)
+	}
+	if c.Class == api.Offline {
+		l.ShareBP = uint32(sm*100 + 0.5)
+	}
+	if p.Hook.FailClosed {
+		l.FailPolicy = ctlblock.FailClosed
+	}
+	return l
+}
+
+// Ensure creates the container's control block, or reopens the one a previous muxd made.
+func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	if err := api.ValidateID(c.ID); err != nil {
 		return err
 	}
-	dir := m.Paths(c.ID).Dir
-	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("create control directory for %s: %w", c.ID, err)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.blocks[c.ID]; ok {
+		return nil
 	}
-	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+	dir := m.Paths(c.ID).Dir
+	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
 		return fmt.Errorf("control directory for %s is not a directory", c.ID)
 	}
+	b, err := ctlblock.Open(dir)
+	if err != nil {
+		// Nothing usable there (new container, or a crash between mkdir and write):
+		// start from a clean directory.
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			return fmt.Errorf("reset control block for %s: %w", c.ID, rerr)
+		}
+		if b, err = ctlblock.Create(dir, InitialLimits(c, p)); err != nil {
+			return fmt.Errorf("create control block for %s: %w", c.ID, err)
+		}
+	}
+	m.blocks[c.ID] = b
 	return nil
 }
 
-// Remove deletes the container's directory and everything in it.
+// Block returns the open control block of a container, or nil.
+func (m *Manager) Block(id string) *ctlblock.Block {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.blocks[id]
+}
+
+// Usage summarises what a container's processes report through libxcuda.
+func (m *Manager) Usage(id string) *api.Usage {
+	b := m.Block(id)
+	if b == nil {
+		return nil
+	}
+	u, l := b.Usage(), b.Limits()
+	out := &api.Usage{
+		Launches:     u.Launches,
+		Throttled:    u.Throttled,
+		GPUTime:      u.GPUTime,
+		InFlight:     u.InFlight,
+		OOMDenials:   u.OOMDenials,
+		Processes:    len(u.Procs),
+		SharePercent: float64(l.ShareBP) / 100,
+		Paused:       l.Paused,
+	}
+	for _, r := range u.ReservedBytes {
+		out.ReservedBytes += r
+	}
+	if !u.Heartbeat.IsZero() {
+		out.Heartbeat = u.Heartbeat.UTC().Truncate(time.Millisecond)
+	}
+	return out
+}
+
+// Remove closes and deletes the container's control block.
 func (m *Manager) Remove(id string) error {
 	if err := api.ValidateID(id); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(m.Paths(id).Dir); err != nil {
-		return fmt.Errorf("remove control directory for %s: %w", id, err)
+	m.mu.Lock()
+	b := m.blocks[id]
+	delete(m.blocks, id)
+	m.mu.Unlock()
+	var errs []error
+	if b != nil {
+		errs = append(errs, b.Close())
 	}
-	return nil
+	if err := os.RemoveAll(m.Paths(id).Dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove control block for %s: %w", id, err))
+	}
+	return errors.Join(errs...)
 }

@@ -173,7 +173,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		_ = d.controls.Remove(id)
 	}
 	for _, c := range d.reg.List() {
-		if err := d.controls.Ensure(c); err != nil {
+		if err := d.controls.Ensure(c, d.policy()); err != nil {
 			d.log.Error("cannot restore control directory", "id", c.ID, "err", err)
 		}
 	}

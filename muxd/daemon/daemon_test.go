@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
 )
@@ -88,8 +89,16 @@ func TestAPIRegisterListUnregister(t *testing.T) {
 	if c.State != api.StateCreated || c.Control.Dir != filepath.Join(n.dir, "run", "c", "job-1") {
 		t.Errorf("registered: %+v", c)
 	}
-	if _, err := os.Stat(c.Control.Dir); err != nil {
-		t.Errorf("control directory not created: %v", err)
+	blk, err := ctlblock.Open(c.Control.Dir)
+	if err != nil {
+		t.Fatalf("control block not created: %v", err)
+	}
+	if l := blk.Limits(); l.MemoryBytes[0] != 8<<30 || l.ShareBP != 3000 || l.MPSActiveThreadPercent != 30 {
+		t.Errorf("control block limits %+v do not carry the registration's", l)
+	}
+	blk.Close()
+	if c.Control.Limits != filepath.Join(c.Control.Dir, "limits") || c.Control.Usage != filepath.Join(c.Control.Dir, "usage") {
+		t.Errorf("control paths: %+v", c.Control)
 	}
 	if _, err := n.client.Register(ctx, req); err != nil {
 		t.Errorf("identical re-register should be idempotent: %v", err)
@@ -99,7 +108,7 @@ func TestAPIRegisterListUnregister(t *testing.T) {
 		t.Fatalf("start: %+v %v", c, err)
 	}
 	list, err := n.client.Containers(ctx)
-	if err != nil || len(list) != 1 || list[0].ID != "job-1" {
+	if err != nil || len(list) != 1 || list[0].ID != "job-1" || list[0].Usage == nil || list[0].Usage.SharePercent != 30 {
 		t.Fatalf("list: %+v %v", list, err)
 	}
 	if err := n.client.Unregister(ctx, "job-1"); err != nil {

@@ -39,10 +39,19 @@ func (d *Daemon) routes() http.Handler {
 		}
 		return 200, gpus, nil
 	})
-	handle("GET "+p+"/containers", func(r *http.Request) (int, any, error) { return 200, d.reg.List(), nil })
+	handle("GET "+p+"/containers", func(r *http.Request) (int, any, error) {
+		list := d.reg.List()
+		for i := range list {
+			list[i].Usage = d.controls.Usage(list[i].ID)
+		}
+		return 200, list, nil
+	})
 	handle("POST "+p+"/containers", d.register)
 	handle("GET "+p+"/containers/{id}", func(r *http.Request) (int, any, error) {
 		c, err := d.reg.Get(r.PathValue("id"))
+		if err == nil {
+			c.Usage = d.controls.Usage(c.ID)
+		}
 		return statusOf(err, 200), c, err
 	})
 	handle("POST "+p+"/containers/{id}/start", func(r *http.Request) (int, any, error) {
@@ -88,7 +97,7 @@ func (d *Daemon) register(r *http.Request) (int, any, error) {
 	if !created {
 		return 200, c, nil
 	}
-	if err := d.controls.Ensure(c); err != nil {
+	if err := d.controls.Ensure(c, d.policy()); err != nil {
 		// Without its control block the container cannot be wired: undo the registration.
 		if rerr := d.reg.Remove(c.ID); rerr != nil {
 			d.log.Error("cannot undo registration", "id", c.ID, "err", rerr)

@@ -147,7 +147,7 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 	tw.Flush()
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTAINER\tCLASS\tSTATE\tPID\tGPUS\tMEMORY CAP\tSM%\tNAMESPACE\tAGE")
+	fmt.Fprintln(tw, "CONTAINER\tCLASS\tSTATE\tPID\tGPUS\tMEMORY CAP\tSM%\tUSED\tSHARE\tLAUNCHES\tTHROTTLED\tAGE")
 	for _, c := range st.Containers {
 		mem := "-"
 		if c.Limits.GPUMemory > 0 {
@@ -161,11 +161,21 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 		if c.PID > 0 {
 			pid = fmt.Sprint(c.PID)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(c.ID), c.Class, c.State, pid,
-			strings.Join(c.GPUs, ","), mem, sm, dash(c.Namespace), time.Since(c.Registered).Truncate(time.Second))
+		used, share, launches, throttled := "-", "-", "-", "-"
+		if u := c.Usage; u != nil {
+			used = policy.Bytes(u.ReservedBytes).String()
+			share = fmt.Sprintf("%g%%", u.SharePercent)
+			if u.Paused {
+				share = "paused"
+			}
+			launches = fmt.Sprint(u.Launches)
+			throttled = u.Throttled.Truncate(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(c.ID), c.Class, c.State, pid,
+			strings.Join(c.GPUs, ","), mem, sm, used, share, launches, throttled, time.Since(c.Registered).Truncate(time.Second))
 	}
 	if len(st.Containers) == 0 {
-		fmt.Fprintln(tw, "(none)\t\t\t\t\t\t\t\t")
+		fmt.Fprintln(tw, "(none)")
 	}
 	return tw.Flush()
 }
@@ -175,11 +185,4 @@ func shortID(id string) string {
 		return id[:24] + "…"
 	}
 	return id
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

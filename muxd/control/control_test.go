@@ -1,0 +1,104 @@
+package control
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
+)
+
+func ctr(id string, class api.Class, l api.Limits) api.Container {
+	return api.Container{RegisterRequest: api.RegisterRequest{ID: id, Class: class, GPUs: []string{"0"}, Limits: l}}
+}
+
+func TestInitialLimits(t *testing.T) {
+	p := policy.Default()
+	capAll := func(v uint64) []uint64 {
+		s := make([]uint64, ctlblock.MaxDevices)
+		for i := range s {
+			s[i] = v
+		}
+		return s
+	}
+	tests := []struct {
+		name string
+		c    api.Container
+		want ctlblock.Limits
+	}{
+		{"online without annotations runs unthrottled", ctr("a", api.Online, api.Limits{}),
+			ctlblock.Limits{ShareBP: ctlblock.ShareFull}},
+		{"offline defaults to the class ceiling", ctr("b", api.Offline, api.Limits{}),
+			ctlblock.Limits{ShareBP: 9000, MPSActiveThreadPercent: 90}},
+		{"offline with annotations", ctr("c", api.Offline, api.Limits{GPUMemory: 8 << 30, SMPercent: 30}),
+			ctlblock.Limits{ShareBP: 3000, MPSActiveThreadPercent: 30, MemoryBytes: capAll(8 << 30)}},
+		{"online with an SM cap keeps its full time share", ctr("d", api.Online, api.Limits{SMPercent: 60}),
+			ctlblock.Limits{ShareBP: ctlblock.ShareFull, MPSActiveThreadPercent: 60}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, InitialLimits(tc.c, p)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	q := policy.Default()
+	q.Classes.Offline.MemoryLimit = 4 << 30
+	q.Hook.FailClosed = true
+	got := InitialLimits(ctr("e", api.Offline, api.Limits{}), q)
+	if got.MemoryBytes[0] != 4<<30 || got.FailPolicy != ctlblock.FailClosed {
+		t.Errorf("class memory limit / fail policy not applied: %+v", got)
+	}
+}
+
+func TestEnsureReopenRemove(t *testing.T) {
+	run := t.TempDir()
+	m, err := NewManager(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy.Default()
+	c := ctr("job", api.Offline, api.Limits{SMPercent: 30})
+	if err := m.Ensure(c, p); err != nil {
+		t.Fatal(err)
+	}
+	paths := m.Paths("job")
+	fi, err := os.Stat(paths.Limits)
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("limits file: %v %v", fi, err)
+	}
+	// muxd restarts: a new manager reopens the same block with the limits it holds now.
+	m.Block("job").SetLimits(ctlblock.Limits{ShareBP: 1234})
+	m2, _ := NewManager(run)
+	if err := m2.Ensure(c, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := m2.Block("job").Limits().ShareBP; got != 1234 {
+		t.Errorf("reopened block share %d, want the live 1234 (not reset to the initial value)", got)
+	}
+	if u := m2.Usage("job"); u == nil || u.SharePercent != 12.34 {
+		t.Errorf("usage: %+v", u)
+	}
+	// A damaged block is replaced rather than trusted.
+	os.WriteFile(filepath.Join(run, "c", "bad"), nil, 0o644)
+	os.MkdirAll(filepath.Join(run, "c", "junk"), 0o755)
+	os.WriteFile(filepath.Join(run, "c", "junk", "limits"), []byte("garbage"), 0o644)
+	if err := m2.Ensure(ctr("junk", api.Offline, api.Limits{}), p); err != nil {
+		t.Errorf("damaged block not replaced: %v", err)
+	}
+	if err := m2.Ensure(ctr("bad", api.Offline, api.Limits{}), p); err == nil {
+		t.Error("a file where the directory belongs was accepted")
+	}
+	if err := m2.Remove("job"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(paths.Dir); !os.IsNotExist(err) {
+		t.Errorf("block left after Remove: %v", err)
+	}
+	if err := m2.Remove("../x"); err == nil {
+		t.Error("Remove accepted a traversal id")
+	}
+}
