@@ -149,6 +149,15 @@ type NodeInfo struct {
 	GPUs       int       `json:"gpus"`
 	Containers int       `json:"containers"`
 	Policy     string    `json:"policy"`
+	MPS        MPSInfo   `json:"mps"`
+}
+
+// MPSInfo is the state of the node's MPS control daemon under muxd's supervision.
+type MPSInfo struct {
+	// State is running, down (muxd is restarting it) or disabled (by policy).
+	State    string `json:"state"`
+	PID      int    `json:"pid,omitempty"`
+	Restarts int64  `json:"restarts"`
 }
 
 // PolicyInfo reports the policy in force.

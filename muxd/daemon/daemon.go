@@ -27,6 +27,7 @@ import (
 	"github.com/muxflow/muxflow/muxd/buildinfo"
 	"github.com/muxflow/muxflow/muxd/control"
 	"github.com/muxflow/muxflow/muxd/inventory"
+	"github.com/muxflow/muxflow/muxd/mps"
 	"github.com/muxflow/muxflow/muxd/registry"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -42,6 +43,9 @@ type Options struct {
 	Log *slog.Logger
 	// ReconcileEvery is how often dead containers are looked for; 0 means 5 s.
 	ReconcileEvery time.Duration
+	// MPSEnv is added to the MPS control tool's environment (gpusim points its fake
+	// control tool at the simulator this way).
+	MPSEnv []string
 }
 
 // Daemon is one muxd.
@@ -56,6 +60,7 @@ type Daemon struct {
 	inv      inventory.Inventory
 	metrics  *metrics
 	started  time.Time
+	mps      *mps.Supervisor // nil when the policy disables MPS
 }
 
 type loadedPolicy struct {
@@ -89,6 +94,18 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.metrics = newMetrics(d)
+	if p.MPS.Enabled {
+		gpus, _ := d.inv.GPUs(context.Background())
+		d.mps = &mps.Supervisor{
+			Control: mps.Control{Binary: p.MPS.Control, PipeDir: p.MPS.PipeDir, LogDir: p.MPS.LogDir, Env: opts.MPSEnv},
+			Defaults: mps.Defaults{
+				ActiveThreadPercentage: float64(p.MPS.DefaultActiveThreadPercentage),
+				PinnedMemLimit:         uint64(p.MPS.DefaultPinnedMemory),
+				Devices:                len(gpus),
+			},
+			Log: d.log.With("part", "mps"),
+		}
+	}
 	return d, nil
 }
 
@@ -161,10 +178,18 @@ func (d *Daemon) gpus(ctx context.Context) ([]api.GPU, error) {
 func (d *Daemon) nodeInfo() api.NodeInfo {
 	host, _ := os.Hostname()
 	gpus, _ := d.inv.GPUs(context.Background())
-	return api.NodeInfo{
+	n := api.NodeInfo{
 		Hostname: host, Version: buildinfo.Version, Started: d.started,
 		GPUs: len(gpus), Containers: d.reg.Len(), Policy: d.pol.Load().source,
+		MPS: api.MPSInfo{State: "disabled"},
 	}
+	if d.mps != nil {
+		n.MPS = api.MPSInfo{State: "down", PID: d.mps.PID(), Restarts: d.mps.Restarts()}
+		if d.mps.Healthy() {
+			n.MPS.State = "running"
+		}
+	}
+	return n
 }
 
 // Run serves until ctx is cancelled or SIGTERM/SIGINT arrives; SIGHUP reloads the policy.
@@ -197,6 +222,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- msrv.Serve(mln) }()
 		d.log.Info("serving metrics", "address", mln.Addr().String())
+	}
+
+	var wg sync.WaitGroup
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer func() { stopLoops(); wg.Wait() }()
+	if d.mps != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.mps.Run(loopCtx); err != nil {
+				d.log.Error("MPS supervision stopped", "err", err)
+			}
+		}()
 	}
 
 	sigs := make(chan os.Signal, 4)

@@ -29,7 +29,7 @@ type testNode struct {
 func writePolicy(t *testing.T, dir, extra string) string {
 	t.Helper()
 	p := filepath.Join(dir, "policy.toml")
-	text := fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\n%s",
+	text := fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\n[mps]\nenabled = false\n%s",
 		filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "run", "muxd.sock"), extra)
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)

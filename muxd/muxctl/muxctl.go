@@ -134,8 +134,13 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 		return enc.Encode(st)
 	}
 	n := st.Node
-	fmt.Fprintf(stdout, "node %s  muxd %s  up %s  policy %s\n\n", n.Hostname, n.Version,
+	fmt.Fprintf(stdout, "node %s  muxd %s  up %s  policy %s\n", n.Hostname, n.Version,
 		time.Since(n.Started).Truncate(time.Second), n.Policy)
+	fmt.Fprintf(stdout, "mps %s", n.MPS.State)
+	if n.MPS.PID > 0 {
+		fmt.Fprintf(stdout, " (pid %d)", n.MPS.PID)
+	}
+	fmt.Fprintf(stdout, "  restarts %d\n\n", n.MPS.Restarts)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tHEALTH")
 	for _, g := range st.GPUs {

@@ -49,7 +49,7 @@ func TestStatusAgainstRealMuxd(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "run", "muxd.sock")
 	pol := filepath.Join(dir, "policy.toml")
-	os.WriteFile(pol, []byte(fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\n",
+	os.WriteFile(pol, []byte(fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\n[mps]\nenabled = false\n",
 		filepath.Join(dir, "state"), filepath.Join(dir, "run"), sock)), 0o644)
 	cmd := exec.Command(muxd, "--policy", pol)
 	if err := cmd.Start(); err != nil {

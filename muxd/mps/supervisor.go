@@ -1,0 +1,242 @@
+package mps
+
+import (
+	"context"
+
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Defaults are applied to the control daemon every time it (re)starts.
+type Defaults struct {
+	// ActiveThreadPercentage for new servers; 0 or 100 leaves the tool's default.
+	ActiveThreadPercentage float64
+	// PinnedMemLimit per device for new clients, bytes; 0 leaves none.
+	PinnedMemLimit uint64
+	// Devices is how many devices PinnedMemLimit applies to.
+	Devices int
+}
+
+// Supervisor keeps one control daemon alive: it starts it in the foreground (-f) as its
+// own child, so a death is seen at once; it probes it every period, so a hang is seen
+// within two periods; either way it kills what is left and starts a new one.
+type Supervisor struct {
+	Control  Control
+	Defaults Defaults
+	// Period between probes; 0 means 500 ms.
+	Period time.Duration
+	Log    *slog.Logger
+	// OnRestart is called after each restart with the reason (for the error handler:
+	// clients of the old servers have lost their GPU context).
+	OnRestart func(reason string)
+
+	restarts atomic.Int64
+	healthy  atomic.Bool
+	mu       sync.Mutex
+	pid      int
+}
+
+// Restarts counts restarts since the supervisor began (the first start is not one).
+func (s *Supervisor) Restarts() int64 { return s.restarts.Load() }
+
+// Healthy reports whether the daemon answered its last probe.
+func (s *Supervisor) Healthy() bool { return s.healthy.Load() }
+
+// PID is the control daemon's pid (0 when none is running or it was adopted).
+func (s *Supervisor) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pid
+}
+
+// Run supervises until ctx is done, then stops the daemon it started (quit, then kill).
+func (s *Supervisor) Run(ctx context.Context) error {
+	period := s.Period
+	if period <= 0 {
+		period = 500 * time.Millisecond
+	}
+	if err := os.MkdirAll(s.Control.PipeDir, 0o755); err != nil {
+		return fmt.Errorf("create MPS pipe directory: %w", err)
+	}
+	if err := os.MkdirAll(s.Control.LogDir, 0o755); err != nil {
+		return fmt.Errorf("create MPS log directory: %w", err)
+	}
+	backoff := 100 * time.Millisecond
+	first := true
+	for ctx.Err() == nil {
+		// A daemon left by a previous muxd is adopted rather than replaced: its servers
+		// may have clients that must not be disturbed.
+		if _, err := s.Control.ServerList(ctx); err == nil && first {
+			s.Log.Info("adopting the MPS control daemon already running", "pipe_dir", s.Control.PipeDir)
+			s.applyDefaults(ctx)
+			s.healthy.Store(true)
+			reason := s.watch(ctx, nil, period)
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.Log.Warn("MPS control daemon lost", "reason", reason)
+			first = false
+			continue
+		}
+		cmd := exec.Command(s.Control.Binary, "-f")
+		cmd.Env = s.Control.env()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			s.healthy.Store(false)
+			s.Log.Error("cannot start the MPS control daemon", "binary", s.Control.Binary, "err", err)
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		s.mu.Lock()
+		s.pid = cmd.Process.Pid
+		s.mu.Unlock()
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		if !s.waitAnswer(ctx, exited) {
+			s.stop(cmd, exited)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		if !first {
+			s.restarts.Add(1)
+		}
+		s.Log.Info("MPS control daemon running", "pid", cmd.Process.Pid, "pipe_dir", s.Control.PipeDir, "restarts", s.restarts.Load())
+		s.applyDefaults(ctx)
+		s.healthy.Store(true)
+		if !first && s.OnRestart != nil {
+			s.OnRestart("control daemon restarted")
+		}
+		first = false
+		backoff = 100 * time.Millisecond
+		reason := s.watch(ctx, exited, period)
+		s.stop(cmd, exited)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.Log.Warn("MPS control daemon lost, restarting", "reason", reason)
+	}
+	return nil
+}
+
+// waitAnswer waits up to 5 s for a freshly started daemon to answer commands.
+func (s *Supervisor) waitAnswer(ctx context.Context, exited chan error) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			exited <- err // leave it for stop
+			s.Log.Error("MPS control daemon exited at start", "err", err)
+			return false
+		default:
+		}
+		if _, err := s.Control.ServerList(ctx); err == nil {
+			return true
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return false
+		}
+	}
+	s.Log.Error("MPS control daemon did not answer within 5s of starting")
+	return false
+}
+
+// watch returns why the daemon is considered lost.
+func (s *Supervisor) watch(ctx context.Context, exited chan error, period time.Duration) string {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return "muxd stopping"
+		case err := <-exited:
+			exited <- err
+			s.healthy.Store(false)
+			return fmt.Sprintf("exited: %v", err)
+		case <-t.C:
+			if _, err := s.Control.ServerList(ctx); err != nil {
+				if ctx.Err() != nil {
+					return "muxd stopping"
+				}
+				failures++
+				if failures >= 2 {
+					s.healthy.Store(false)
+					return fmt.Sprintf("not answering: %v", err)
+				}
+				continue
+			}
+			failures = 0
+			s.healthy.Store(true)
+		}
+	}
+}
+
+func (s *Supervisor) applyDefaults(ctx context.Context) {
+	d := s.Defaults
+	if d.ActiveThreadPercentage > 0 && d.ActiveThreadPercentage < 100 {
+		if err := s.Control.SetDefaultActiveThreadPercentage(ctx, d.ActiveThreadPercentage); err != nil {
+			s.Log.Error("cannot set the MPS default active thread percentage", "err", err)
+		}
+	}
+	if d.PinnedMemLimit > 0 {
+		for dev := range d.Devices {
+			if err := s.Control.SetDefaultPinnedMemLimit(ctx, dev, d.PinnedMemLimit); err != nil {
+				s.Log.Error("cannot set the MPS default pinned memory limit", "device", dev, "err", err)
+			}
+		}
+	}
+}
+
+// stop ends a daemon muxd started: quit politely, then kill its process group.
+func (s *Supervisor) stop(cmd *exec.Cmd, exited chan error) {
+	defer func() {
+		s.mu.Lock()
+		s.pid = 0
+		s.mu.Unlock()
+	}()
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	qctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = s.Control.Quit(qctx)
+	cancel()
+	select {
+	case <-exited:
+		return
+	case <-time.After(time.Second):
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Second):
+		s.Log.Error("MPS control daemon did not die after SIGKILL", "pid", cmd.Process.Pid)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,137 @@
+package mps
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func fakeControl(t *testing.T) Control {
+	t.Helper()
+	bin, err := filepath.Abs("testdata/fake-mps-control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	return Control{Binary: bin, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), Timeout: 500 * time.Millisecond}
+}
+
+func daemonPID(t *testing.T, c Control) int {
+	data, _ := os.ReadFile(filepath.Join(c.PipeDir, "pid"))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid
+}
+
+func eventually(t *testing.T, what string, within time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSupervisorRestartsDeadAndHungDaemons(t *testing.T) {
+	c := fakeControl(t)
+	restarts := make(chan string, 10)
+	s := &Supervisor{
+		Control:   c,
+		Defaults:  Defaults{ActiveThreadPercentage: 50, PinnedMemLimit: 2 << 30, Devices: 2},
+		Period:    100 * time.Millisecond,
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnRestart: func(reason string) { restarts <- reason },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+
+	eventually(t, "first start", 5*time.Second, s.Healthy)
+	first := s.PID()
+	cmds, _ := os.ReadFile(filepath.Join(c.PipeDir, "commands"))
+	for _, want := range []string{"set_default_active_thread_percentage 50", "set_default_device_pinned_mem_limit 0 2048M", "set_default_device_pinned_mem_limit 1 2048M"} {
+		if !strings.Contains(string(cmds), want) {
+			t.Errorf("defaults not applied: no %q in\n%s", want, cmds)
+		}
+	}
+
+	// kill -9: restarted within 2 s.
+	syscall.Kill(daemonPID(t, c), syscall.SIGKILL)
+	eventually(t, "restart after kill -9", 2*time.Second, func() bool { return s.Restarts() == 1 && s.Healthy() && s.PID() != first })
+	<-restarts
+
+	// A hung daemon (commands never answer): killed and replaced.
+	os.WriteFile(filepath.Join(c.PipeDir, "hang"), nil, 0o644)
+	eventually(t, "hang detected", 3*time.Second, func() bool { return !s.Healthy() })
+	os.Remove(filepath.Join(c.PipeDir, "hang"))
+	eventually(t, "restart after hang", 5*time.Second, func() bool { return s.Restarts() == 2 && s.Healthy() })
+
+	last := daemonPID(t, c)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if syscall.Kill(last, 0) == nil {
+		t.Errorf("control daemon %d still running after the supervisor stopped", last)
+	}
+}
+
+func TestSupervisorAdoptsRunningDaemon(t *testing.T) {
+	c := fakeControl(t)
+	os.MkdirAll(c.PipeDir, 0o755)
+	// A daemon left by a previous muxd.
+	other := &Supervisor{Control: c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Period: 50 * time.Millisecond}
+	octx, ocancel := context.WithCancel(context.Background())
+	odone := make(chan error)
+	go func() { odone <- other.Run(octx) }()
+	eventually(t, "first daemon", 5*time.Second, other.Healthy)
+	pid := daemonPID(t, c)
+
+	s := &Supervisor{Control: c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Period: 50 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	time.Sleep(300 * time.Millisecond)
+	if got := daemonPID(t, c); got != pid {
+		t.Errorf("a running daemon was replaced (pid %d -> %d) instead of adopted", pid, got)
+	}
+	cancel()
+	<-done
+	ocancel()
+	<-odone
+}
+
+func TestControlCommands(t *testing.T) {
+	c := fakeControl(t)
+	ctx := context.Background()
+	os.MkdirAll(c.PipeDir, 0o755)
+	if _, err := c.ServerList(ctx); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("no daemon: %v", err)
+	}
+	if _, err := c.Command(ctx, "quit\nstart_server -uid 0"); err == nil {
+		t.Error("a multi-line command was sent")
+	}
+	if err := c.SetDefaultActiveThreadPercentage(ctx, 0); err == nil {
+		t.Error("0% accepted")
+	}
+	if err := c.SetDefaultActiveThreadPercentage(ctx, 101); err == nil {
+		t.Error("101% accepted")
+	}
+	got, err := parsePIDs("12\n34\n")
+	if err != nil || !cmp.Equal(got, []int{12, 34}) {
+		t.Errorf("parsePIDs: %v %v", got, err)
+	}
+	if _, err := parsePIDs("Server 12"); err == nil {
+		t.Error("garbage accepted as pids")
+	}
+}
