@@ -1,0 +1,281 @@
+/* gate.c — the launch gate's slow path. Reached only when the container is
+ * paused, throttled (share below 100%) or stopping; the fast path is the
+ * inline test in xcuda.h.
+ *
+ * Throttling is a token bucket of GPU time shared by all processes of the
+ * container (in the usage block): it refills at share × wall time up to a
+ * burst, and every measured launch is charged its real GPU time (start/end
+ * events around the launch) when it completes. Because the unit is GPU time,
+ * not SMs or blocks, the gain does not depend on the GPU's SM count. At most
+ * max_inflight measured launches are outstanding per process, so a cut or a
+ * pause bites within max_inflight launches. */
+#include <pthread.h>
+#include <string.h>
+
+#include "xcuda.h"
+
+struct slot {
+    CUevent start, end;
+    CUcontext ctx;
+    uint64_t launch_ns;
+};
+
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct slot ring[XCUDA_MAX_INFLIGHT_CAP];
+static unsigned ring_head, ring_count; /* FIFO of launched, unreaped slots */
+static int was_open = 1;               /* last launch went through unmeasured */
+
+_Thread_local uint32_t xc_tls_launches __attribute__((tls_model("initial-exec")));
+static _Thread_local uint32_t tls_flushed __attribute__((tls_model("initial-exec")));
+
+void xc_flush_launches(void)
+{
+    uint32_t n = xc_tls_launches - tls_flushed;
+    tls_flushed = xc_tls_launches;
+    if (xc.use == NULL)
+        return;
+    uint64_t now = xc_now_real_ns();
+    XC_ADD(&xc.use->launches, n);
+    XC_STORE(&xc.use->heartbeat_ns, now);
+    if (xc.me) {
+        XC_ADD(&xc.me->launches, n);
+        XC_STORE(&xc.me->heartbeat_ns, now);
+    }
+}
+
+static void add_throttled(uint64_t ns)
+{
+    if (ns == 0 || xc.use == NULL)
+        return;
+    XC_ADD(&xc.use->throttled_ns, ns);
+    if (xc.me)
+        XC_ADD(&xc.me->throttled_ns, ns);
+}
+
+static void wait_ns(uint64_t ns)
+{
+    uint64_t t0 = xc_now_mono_ns();
+    xc_sleep_ns(ns);
+    add_throttled(xc_now_mono_ns() - t0);
+}
+
+static uint64_t burst_ns(void)
+{
+    uint64_t b = XC_LOAD(&xc.lim->burst_ns);
+    return b ? b : XCUDA_DEFAULT_BURST_NS;
+}
+
+static void refill(uint32_t share)
+{
+    xcuda_usage *u = xc.use;
+    uint64_t now = xc_now_mono_ns();
+    int64_t burst = (int64_t)burst_ns();
+    uint64_t last = XC_LOAD(&u->bucket_refill_ns);
+    if (last == 0 || now < last || now - last > 10000000000ull) {
+        /* First use, or idle for long: start from a full bucket. */
+        if (__atomic_compare_exchange_n(&u->bucket_refill_ns, &last, now, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED)) {
+            int64_t t = XC_LOAD(&u->bucket_tokens_ns);
+            if (t < burst)
+                XC_STORE(&u->bucket_tokens_ns, t < 0 ? t + burst : burst);
+        }
+        return;
+    }
+    if (now == last ||
+        !__atomic_compare_exchange_n(&u->bucket_refill_ns, &last, now, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return;
+    int64_t add = (int64_t)((now - last) * share / XCUDA_SHARE_FULL);
+    int64_t t = __atomic_add_fetch(&u->bucket_tokens_ns, add, __ATOMIC_ACQ_REL);
+    while (t > burst && !__atomic_compare_exchange_n(&u->bucket_tokens_ns, &t, burst, 1,
+                                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+static void charge(uint64_t gpu_ns)
+{
+    __atomic_sub_fetch(&xc.use->bucket_tokens_ns, (int64_t)gpu_ns, __ATOMIC_ACQ_REL);
+    XC_ADD(&xc.use->gpu_time_ns, gpu_ns);
+}
+
+/* Completes the oldest slot; with block=0 only if it is done. Locked. */
+static int reap_one(int block)
+{
+    if (ring_count == 0)
+        return 0;
+    struct slot *s = &ring[ring_head];
+    CUresult r = block ? xc_real.cuEventSynchronize(s->end) : xc_real.cuEventQuery(s->end);
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    uint64_t gpu;
+    float ms = 0;
+    if (r == CUDA_SUCCESS && xc_real.cuEventElapsedTime(&ms, s->start, s->end) == CUDA_SUCCESS &&
+        ms >= 0) {
+        gpu = (uint64_t)((double)ms * 1e6);
+    } else {
+        /* No timing (or a failed launch): charge what wall time says. */
+        uint64_t now = xc_now_mono_ns();
+        gpu = now > s->launch_ns ? now - s->launch_ns : 0;
+    }
+    charge(gpu);
+    ring_head = (ring_head + 1) % XCUDA_MAX_INFLIGHT_CAP;
+    ring_count--;
+    __atomic_sub_fetch(&xc.use->inflight, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+static unsigned max_inflight(void)
+{
+    unsigned m = XC_LOAD(&xc.lim->max_inflight);
+    if (m == 0)
+        m = XCUDA_DEFAULT_MAX_INFLIGHT;
+    return m > XCUDA_MAX_INFLIGHT_CAP ? XCUDA_MAX_INFLIGHT_CAP : m;
+}
+
+/* Makes the slot's events belong to the current context. Locked. */
+static int prepare_slot(struct slot *s)
+{
+    CUcontext ctx = NULL;
+    if (xc_real.cuCtxGetCurrent == NULL || xc_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS ||
+        ctx == NULL)
+        return -1;
+    if (s->ctx != ctx || s->start == NULL || s->end == NULL) {
+        if (s->start)
+            xc_real.cuEventDestroy(s->start);
+        if (s->end)
+            xc_real.cuEventDestroy(s->end);
+        s->start = s->end = NULL;
+        s->ctx = NULL;
+        if (xc_real.cuEventCreate(&s->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+            return -1;
+        if (xc_real.cuEventCreate(&s->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+            xc_real.cuEventDestroy(s->start);
+            s->start = NULL;
+            return -1;
+        }
+        s->ctx = ctx;
+    }
+    return 0;
+}
+
+static int capturing(CUstream stream)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (xc_real.cuStreamIsCapturing == NULL ||
+        xc_real.cuStreamIsCapturing(stream, &st) != CUDA_SUCCESS)
+        return 0;
+    return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t)
+{
+    t->tracked = 0;
+    int checked_capture = 0;
+    for (;;) {
+        if (atomic_load_explicit(&xc_stopping, memory_order_acquire)) {
+            /* Draining after SIGINT/SIGTERM: nothing new starts. */
+            wait_ns(1000000);
+            continue;
+        }
+        const xcuda_limits *l = xc.lim;
+        if (l == NULL)
+            return CUDA_SUCCESS;
+        if (XC_LOAD(&l->paused)) {
+            wait_ns(1000000);
+            continue;
+        }
+        uint32_t share = XC_LOAD(&l->share_bp);
+        if (share >= XCUDA_SHARE_FULL) {
+            pthread_mutex_lock(&gate_mu);
+            while (reap_one(0)) {
+            }
+            was_open = 1;
+            pthread_mutex_unlock(&gate_mu);
+            return CUDA_SUCCESS;
+        }
+        /* A launch into a capturing stream only records a graph node; the
+         * graph is gated when it is launched. */
+        if (!checked_capture) {
+            if (capturing(stream))
+                return CUDA_SUCCESS;
+            checked_capture = 1;
+        }
+        pthread_mutex_lock(&gate_mu);
+        if (was_open) {
+            /* Work queued while unthrottled is unmeasured; let it finish so
+             * the cut takes effect from here on. */
+            was_open = 0;
+            CUevent ev = NULL;
+            uint64_t t0 = xc_now_mono_ns();
+            if (xc_real.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+                if (xc_real.cuEventRecord(ev, stream) == CUDA_SUCCESS)
+                    xc_real.cuEventSynchronize(ev);
+                xc_real.cuEventDestroy(ev);
+            }
+            add_throttled(xc_now_mono_ns() - t0);
+        }
+        while (reap_one(0)) {
+        }
+        if (ring_count >= max_inflight()) {
+            uint64_t t0 = xc_now_mono_ns();
+            reap_one(1);
+            add_throttled(xc_now_mono_ns() - t0);
+            pthread_mutex_unlock(&gate_mu);
+            continue;
+        }
+        refill(share);
+        int64_t tokens = XC_LOAD(&xc.use->bucket_tokens_ns);
+        if (tokens < 0) {
+            pthread_mutex_unlock(&gate_mu);
+            uint64_t w = share ? (uint64_t)(-tokens) * XCUDA_SHARE_FULL / share : 1000000;
+            if (w < 20000)
+                w = 20000;
+            if (w > 5000000)
+                w = 5000000; /* re-read the limits at least every 5 ms */
+            wait_ns(w);
+            continue;
+        }
+        unsigned idx = (ring_head + ring_count) % XCUDA_MAX_INFLIGHT_CAP;
+        struct slot *s = &ring[idx];
+        if (prepare_slot(s) != 0 || xc_real.cuEventRecord(s->start, stream) != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&gate_mu);
+            return CUDA_SUCCESS; /* cannot measure: let it through unmeasured */
+        }
+        s->launch_ns = xc_now_mono_ns();
+        t->tracked = 1;
+        t->slot = (int)idx;
+        return CUDA_SUCCESS; /* gate_mu stays held until xc_gate_done */
+    }
+}
+
+void xc_gate_done(CUstream stream, struct xc_ticket *t, CUresult launched)
+{
+    if (!t->tracked)
+        return;
+    struct slot *s = &ring[t->slot];
+    if (launched == CUDA_SUCCESS && xc_real.cuEventRecord(s->end, stream) == CUDA_SUCCESS) {
+        ring_count++;
+        __atomic_add_fetch(&xc.use->inflight, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&gate_mu);
+}
+
+void xc_gate_drain(void)
+{
+    if (xc.use == NULL)
+        return;
+    pthread_mutex_lock(&gate_mu);
+    while (reap_one(1)) {
+    }
+    pthread_mutex_unlock(&gate_mu);
+}
+
+void xc_gate_atfork_child(void)
+{
+    /* Events and in-flight launches belong to the parent. */
+    pthread_mutex_init(&gate_mu, NULL);
+    memset(ring, 0, sizeof ring);
+    ring_head = ring_count = 0;
+    was_open = 1;
+    xc_tls_launches = tls_flushed = 0;
+}

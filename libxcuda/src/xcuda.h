@@ -1,0 +1,190 @@
+/*
+ * xcuda.h — libxcuda's internal interface between its parts:
+ *   real.c     finding the real driver and its functions
+ *   ctl.c      control block, process slot, MPS environment, start-up
+ *   mem.c      memory caps (CAS reservations) and the allocation table
+ *   gate.c     the launch gate (pause, GPU-time token bucket, in-flight bound)
+ *   launch.c   the launch entry points
+ *   entry.c    dlsym and cuGetProcAddress
+ *   signals.c  SIGINT/SIGTERM drain
+ */
+#ifndef XCUDA_INTERNAL_H
+#define XCUDA_INTERNAL_H
+
+#include <cuda.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xcuda_ctl.h"
+
+#define XC_EXPORT __attribute__((visibility("default")))
+#define XC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define XC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Relaxed atomic access to plain fields of the shared mappings. */
+#define XC_LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define XC_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define XC_ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
+
+/* ---- real.c ---- */
+
+/* The real driver's functions libxcuda calls or wraps. */
+typedef CUresult (*xc_launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                 unsigned, unsigned, CUstream, void **, void **);
+typedef CUresult (*xc_launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*xc_launch_coop_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                      unsigned, unsigned, unsigned, CUstream, void **);
+typedef CUresult (*xc_graph_launch_fn)(CUgraphExec, CUstream);
+typedef CUresult (*xc_alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*xc_alloc_pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*xc_free_async_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*xc_gpa2_fn)(const char *, void **, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult *);
+typedef CUresult (*xc_gpa1_fn)(const char *, void **, int, cuuint64_t);
+
+struct xc_real {
+    CUresult (*cuInit)(unsigned);
+    CUresult (*cuGetErrorString)(CUresult, const char **);
+    CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceTotalMem)(size_t *, CUdevice);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxPushCurrent)(CUcontext);
+    CUresult (*cuCtxPopCurrent)(CUcontext *);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuCtxCreate)(CUcontext *, unsigned, CUdevice);
+    CUresult (*cuCtxCreate_v3)(CUcontext *, CUexecAffinityParam *, int, unsigned, CUdevice);
+    CUresult (*cuCtxDestroy)(CUcontext);
+    CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned *, int *);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*cuDevicePrimaryCtxReset)(CUdevice);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuEventCreate)(CUevent *, unsigned);
+    CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuMemGetInfo)(size_t *, size_t *);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+    CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    xc_alloc_async_fn cuMemAllocAsync, cuMemAllocAsync_ptsz;
+    xc_alloc_pool_fn cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz;
+    xc_free_async_fn cuMemFreeAsync, cuMemFreeAsync_ptsz;
+    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                            unsigned long long);
+    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*cuArrayCreate)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+    CUresult (*cuArray3DCreate)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+    CUresult (*cuArrayDestroy)(CUarray);
+    xc_launch_fn cuLaunchKernel, cuLaunchKernel_ptsz;
+    xc_launch_ex_fn cuLaunchKernelEx, cuLaunchKernelEx_ptsz;
+    xc_launch_coop_fn cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz;
+    xc_graph_launch_fn cuGraphLaunch, cuGraphLaunch_ptsz;
+    xc_gpa2_fn cuGetProcAddress_v2;
+    xc_gpa1_fn cuGetProcAddress_v1;
+};
+
+extern struct xc_real xc_real;
+/* 1 once xc_resolve() has run (successfully or not). */
+extern _Atomic int xc_resolved;
+
+/* Loads the real driver and fills xc_real; idempotent, thread-safe. */
+void xc_resolve(void);
+/* The real dlsym (never the one libxcuda exports). */
+void *xc_real_dlsym(void *handle, const char *symbol);
+
+/* Make sure the real function pointer is there; returns it or NULL. */
+#define XC_REAL(fn)                                                           \
+    (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))      \
+         ? xc_real.fn                                                         \
+         : (xc_resolve(), xc_real.fn))
+
+/* A hooked driver function: its name as cuGetProcAddress and dlsym see it,
+ * libxcuda's wrapper, and where the real one lives in xc_real. */
+struct xc_hook {
+    const char *name;  /* exported symbol name, e.g. "cuMemAlloc_v2" */
+    void *wrapper;
+    void **real;
+};
+extern const struct xc_hook xc_hooks[];
+extern const size_t xc_nhooks;
+/* The hook for an exported symbol name, or NULL. */
+const struct xc_hook *xc_hook_by_name(const char *symbol);
+/* The hook whose real function is fn, or NULL. */
+const struct xc_hook *xc_hook_by_real(void *fn);
+
+/* ---- ctl.c ---- */
+
+struct xc_state {
+    const xcuda_limits *lim; /* NULL: no block, pass through */
+    xcuda_usage *use;
+    xcuda_proc *me;          /* this process's slot, or NULL */
+    int fail_closed;         /* no usable block and policy says refuse */
+    int pid;
+};
+extern struct xc_state xc;
+
+/* Process-local stop flag: set by the signal path, checked by the gate. */
+extern _Atomic int xc_stopping;
+
+uint64_t xc_now_mono_ns(void);
+uint64_t xc_now_real_ns(void);
+void xc_sleep_ns(uint64_t ns);
+/* Claims a process slot (after start-up and in a forked child). */
+void xc_claim_slot(void);
+/* Returns reservations of slots whose process is gone; returns bytes freed. */
+uint64_t xc_reap_dead_slots(void);
+/* Log to stderr when XCUDA_DEBUG was set at load. */
+void xc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- mem.c ---- */
+void xc_mem_atfork_child(void);
+
+/* ---- gate.c ---- */
+struct xc_ticket {
+    int tracked; /* 1: the launch is measured and must be completed */
+    int slot;
+};
+/* Slow path of the gate; called only when throttled, paused or stopping. */
+CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t);
+/* After the real launch: records the end event (or rolls back). */
+void xc_gate_done(CUstream stream, struct xc_ticket *t, CUresult launched);
+/* Waits for every measured launch of this process. */
+void xc_gate_drain(void);
+void xc_gate_atfork_child(void);
+/* Launch counter kept per thread and flushed to the usage block. */
+void xc_flush_launches(void);
+
+extern _Thread_local uint32_t xc_tls_launches __attribute__((tls_model("initial-exec")));
+
+/* The fast-path test: no block, or not paused, not throttled, not stopping. */
+static inline int xc_gate_open(void)
+{
+    const xcuda_limits *l = xc.lim;
+    if (l == NULL)
+        return 1;
+    uint32_t paused = XC_LOAD(&l->paused);
+    uint32_t share = XC_LOAD(&l->share_bp);
+    int stop = atomic_load_explicit(&xc_stopping, memory_order_relaxed);
+    return (paused | (uint32_t)stop) == 0 && share >= XCUDA_SHARE_FULL;
+}
+
+static inline void xc_count_launch(void)
+{
+    if (XC_UNLIKELY((++xc_tls_launches & 255u) == 0))
+        xc_flush_launches();
+}
+
+/* ---- signals.c ---- */
+void xc_signals_install(void);
+/* Returns this process's reservations (exit, drain before death). */
+void xc_release_slot(void);
+void xc_track_context(CUcontext ctx, int add);
+
+#endif
