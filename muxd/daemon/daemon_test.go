@@ -248,3 +248,10 @@ func TestPolicyReloadEndpoint(t *testing.T) {
 		t.Errorf("new policy not applied:\n%s", p.TOML)
 	}
 }
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

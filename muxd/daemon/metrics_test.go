@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/client"
+)
+
+func TestMetricsListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.toml")
+	text := fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\nmetrics_address = %q\n[mps]\nenabled = false\n",
+		filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "run", "muxd.sock"), addr)
+	writeFile(t, pol, text)
+	d, err := New(Options{PolicyPath: pol, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	c := client.New(filepath.Join(dir, "run", "muxd.sock"), time.Second)
+	waitReady(t, c)
+	c.Register(ctx, api.RegisterRequest{ID: "m1", Class: api.Offline, GPUs: []string{"0"}})
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`muxd_containers{class="offline"} 1`,
+		`muxd_api_requests_total{code="201",route="POST /v1/containers"} 1`,
+		`muxd_build_info{version=`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
