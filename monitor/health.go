@@ -155,7 +155,10 @@ func (m *Machine) Step(in Input) (Transition, bool) {
 			continue
 		}
 		m.lastFault = now
-		if f.Class == FaultReset {
+		// A lost GPU proves its own reset by answering again; other
+		// reset-class faults leave no trace in the metrics, so only the
+		// error handler can say they are over.
+		if f.Class == FaultReset && f.Kind != FaultGPULost {
 			m.needsReset = true
 		}
 		if fault == nil || (fault.Class != FaultReset && f.Class == FaultReset) {

@@ -29,6 +29,9 @@ type gpu struct {
 	gpmQuery   *nvml.GpmMetricsGetType
 
 	procLastSeen uint64 // newest process-utilisation timestamp seen (µs)
+	// procUtil keeps each running process's latest utilisation: NVML
+	// refreshes it every 1/6 s or so, so many polls bring nothing new.
+	procUtil map[uint32]nvml.ProcessUtilizationSample
 }
 
 // sampler reads metrics from NVML. It holds no lock: one goroutine (the
@@ -39,16 +42,25 @@ type sampler struct {
 	// eventReasons: the driver has nvmlDeviceGetCurrentClocksEventReasons
 	// (R535+); older drivers only have the ...ThrottleReasons name.
 	eventReasons bool
+	// throttleReasons: the driver still has the old name, deprecated in
+	// NVML 13 (and so liable to disappear).
+	throttleReasons bool
 	// gpmSymbols: the driver has the GPM API (R520+).
 	gpmSymbols bool
+	// tempOld / tempV: nvmlDeviceGetTemperature (deprecated in NVML 13)
+	// and its replacement nvmlDeviceGetTemperatureV (R550+).
+	tempOld, tempV bool
 }
 
 func newSampler(lib nvml.Interface, log *slog.Logger) *sampler {
 	return &sampler{
-		lib:          lib,
-		log:          log,
-		eventReasons: hasSymbol(lib, "nvmlDeviceGetCurrentClocksEventReasons"),
-		gpmSymbols:   hasSymbol(lib, "nvmlGpmQueryDeviceSupport") && hasSymbol(lib, "nvmlGpmMetricsGet"),
+		lib:             lib,
+		log:             log,
+		eventReasons:    hasSymbol(lib, "nvmlDeviceGetCurrentClocksEventReasons"),
+		throttleReasons: hasSymbol(lib, "nvmlDeviceGetCurrentClocksThrottleReasons"),
+		gpmSymbols:      hasSymbol(lib, "nvmlGpmQueryDeviceSupport") && hasSymbol(lib, "nvmlGpmMetricsGet"),
+		tempOld:         hasSymbol(lib, "nvmlDeviceGetTemperature"),
+		tempV:           hasSymbol(lib, "nvmlDeviceGetTemperatureV"),
 	}
 }
 
@@ -168,7 +180,19 @@ func (sm *sampler) sample(g *gpu, now time.Time) *Sample {
 		r.s.MemoryUsedBytes, r.s.MemoryTotalBytes = ptr(mem.Used), ptr(mem.Total)
 	}
 	var temp uint32
-	if r.call(MetricTemperature, func() (ret nvml.Return) { temp, ret = d.GetTemperature(nvml.TEMPERATURE_GPU); return }) {
+	if r.call(MetricTemperature, func() (ret nvml.Return) {
+		switch {
+		case sm.tempOld:
+			temp, ret = d.GetTemperature(nvml.TEMPERATURE_GPU)
+		case sm.tempV: // only real NVML can lack the old name
+			var t nvml.Temperature
+			t, ret = d.GetTemperatureV().V1()
+			temp = uint32(max(t.Temperature, 0))
+		default:
+			ret = nvml.ERROR_FUNCTION_NOT_FOUND
+		}
+		return
+	}) {
 		r.s.TemperatureC = ptr(temp)
 	}
 	var clk uint32
@@ -184,10 +208,13 @@ func (sm *sampler) sample(g *gpu, now time.Time) *Sample {
 	r.s.SMClockMaxMHz = g.maxSMClock
 	var reasons uint64
 	if r.call(MetricClockEvents, func() (ret nvml.Return) {
-		if sm.eventReasons {
+		switch {
+		case sm.eventReasons:
 			reasons, ret = d.GetCurrentClocksEventReasons()
-		} else {
+		case sm.throttleReasons:
 			reasons, ret = d.GetCurrentClocksThrottleReasons()
+		default:
+			ret = nvml.ERROR_FUNCTION_NOT_FOUND
 		}
 		return
 	}) {
@@ -314,19 +341,24 @@ func (sm *sampler) sampleProcesses(g *gpu, r *reading) {
 		return
 	})
 	if ok {
-		// Several samples per process can arrive; keep the newest.
-		newest := make(map[uint32]uint64, len(utils))
-		for _, u := range utils {
-			if u.TimeStamp > g.procLastSeen {
-				g.procLastSeen = u.TimeStamp
-			}
-			i, known := byPID[u.Pid]
-			if !known || u.TimeStamp < newest[u.Pid] {
-				continue
-			}
-			newest[u.Pid] = u.TimeStamp
-			procs[i].SMUtilPercent, procs[i].MemUtilPercent = ptr(u.SmUtil), ptr(u.MemUtil)
+		if g.procUtil == nil {
+			g.procUtil = make(map[uint32]nvml.ProcessUtilizationSample)
 		}
+		for _, u := range utils {
+			g.procLastSeen = max(g.procLastSeen, u.TimeStamp)
+			if old, seen := g.procUtil[u.Pid]; !seen || u.TimeStamp >= old.TimeStamp {
+				g.procUtil[u.Pid] = u
+			}
+		}
+	}
+	for pid := range g.procUtil {
+		if _, running := byPID[pid]; !running {
+			delete(g.procUtil, pid)
+		}
+	}
+	for pid, u := range g.procUtil {
+		i := byPID[pid]
+		procs[i].SMUtilPercent, procs[i].MemUtilPercent = ptr(u.SmUtil), ptr(u.MemUtil)
 	}
 	slices.SortFunc(procs, func(a, b ProcessSample) int { return cmp.Compare(a.PID, b.PID) })
 	r.s.Processes = procs
