@@ -492,9 +492,8 @@ func (d *Device) loop() {
 		case <-s.stop:
 			return
 		case <-d.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			// Go >= 1.23 timers: Stop/Reset never leave a stale tick to drain
+			timer.Stop()
 		case <-timer.C:
 		}
 	}

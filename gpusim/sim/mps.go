@@ -164,3 +164,32 @@ func (s *Sim) mpsClientMaybeGone(srv *MPSServer, c *Client) {
 		}
 	}
 }
+
+// TerminateClient fails the contexts client holds through server srvPID with
+// CUDA_ERROR_MPS_CLIENT_TERMINATED; the server and its other clients go on
+// (terminate_client).
+func (s *Sim) TerminateClient(srvPID, clientPID int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv := s.servers[srvPID]
+	if srv == nil {
+		return fmt.Errorf("no MPS server with pid %d", srvPID)
+	}
+	found := false
+	for c := range srv.clients {
+		if c.PID != clientPID {
+			continue
+		}
+		for _, x := range c.ctxs {
+			if x.mps == srv {
+				x.dev.advance(s.nowNs())
+				s.faultContext(x, ErrMPSClientTerminated)
+				found = true
+			}
+		}
+	}
+	if !found {
+		return fmt.Errorf("MPS server %d has no client %d", srvPID, clientPID)
+	}
+	return nil
+}

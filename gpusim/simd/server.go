@@ -342,6 +342,7 @@ type Request struct {
 	UID       int               `json:"uid,omitempty"`
 	ATP       float64           `json:"atp,omitempty"`
 	MemLimits map[string]uint64 `json:"mem_limits,omitempty"` // device index -> bytes
+	Client    int               `json:"client,omitempty"`     // client PID (mps_terminate)
 }
 
 // Response is one JSON-lines response.
@@ -440,6 +441,8 @@ func (sv *Server) do(q *Request, resp *Response, serverPID *int) error {
 		return s.SetServerLimits(q.PID, q.ATP, ml)
 	case "mps_servers":
 		resp.Servers = s.Servers()
+	case "mps_terminate":
+		return s.TerminateClient(q.PID, q.Client)
 	default:
 		return fmt.Errorf("unknown op %q", q.Op)
 	}

@@ -1,0 +1,131 @@
+/* internal.h — state shared by the files of gpusim's fake libcuda.
+ *
+ * Handles are small structs owned by this library; ids travel to gpusimd,
+ * which runs the model. Launches, copies and stream/event bookkeeping are
+ * pipelined (written to the socket, no reply); syncs, allocations and
+ * queries are round trips.
+ */
+#ifndef GPUSIM_DRIVER_INTERNAL_H
+#define GPUSIM_DRIVER_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "gsproto.h"
+
+#define GS_EXPORT __attribute__((visibility("default")))
+#define GS_MAX_DEVICES 64
+#define GS_MAX_CTX 4096
+#define GS_DRIVER_VERSION 12060
+
+#define GS_MAGIC_CTX 0x47534358u
+#define GS_MAGIC_STREAM 0x47535354u
+#define GS_MAGIC_EVENT 0x47534556u
+#define GS_MAGIC_MODULE 0x47534d4fu
+#define GS_MAGIC_FUNC 0x47534655u
+#define GS_MAGIC_GRAPH 0x47534752u
+#define GS_MAGIC_EXEC 0x47534745u
+#define GS_MAGIC_POOL 0x4753504fu
+
+struct gs_device {
+	struct gs_dev_info_reply info;
+	int sim_index; /* gpusimd's index (CUDA_VISIBLE_DEVICES may remap) */
+	struct CUctx_st *primary;
+	int primary_refs;
+	unsigned int primary_flags;
+};
+
+/* a captured graph node: a launch or a copy */
+struct gs_node {
+	int is_copy;
+	uint32_t func, kind;
+	uint32_t grid[3], block[3];
+	uint64_t bytes;
+};
+
+struct CUgraph_st {
+	uint32_t magic;
+	struct gs_node *nodes;
+	size_t n, cap;
+};
+
+struct CUgraphExec_st {
+	uint32_t magic;
+	struct gs_node *nodes;
+	size_t n;
+};
+
+struct CUstream_st {
+	uint32_t magic;
+	uint32_t id;
+	struct CUctx_st *ctx;
+	struct CUgraph_st *capture; /* non-NULL while capturing */
+};
+
+struct CUctx_st {
+	uint32_t magic;
+	uint32_t id;
+	int dev;
+	int primary;
+	_Atomic int err; /* sticky error from gpusimd */
+	int mps;
+	double atp;
+	uint32_t sm_cap;
+	struct CUstream_st def; /* the context's default (NULL) stream */
+};
+
+struct CUevent_st {
+	uint32_t magic;
+	uint32_t id;
+	struct CUctx_st *ctx;
+	unsigned int flags;
+};
+
+struct CUmod_st {
+	uint32_t magic;
+	uint32_t id;
+};
+
+struct CUfunc_st {
+	uint32_t magic;
+	uint32_t id;
+	struct CUmod_st *mod;
+};
+
+struct CUmemPoolHandle_st {
+	uint32_t magic;
+	int dev;
+};
+
+/* global state (conn.c) */
+extern int gs_ndev;
+extern struct gs_device gs_devs[GS_MAX_DEVICES];
+extern int gs_initialized;
+extern int gs_mps_server_pid; /* 0: not an MPS client */
+extern struct CUctx_st *_Atomic gs_ctx_by_id[GS_MAX_CTX];
+
+uint32_t gs_next_id(void);
+CUresult gs_init(void);
+CUresult gs_send(void *msg, uint32_t len);        /* pipelined, no reply */
+CUresult gs_call(void *msg, uint32_t len, void *reply, uint32_t reply_cap); /* round trip */
+void gs_hdr_fill(struct gs_hdr *h, uint16_t op, uint32_t len);
+
+/* context.c */
+struct CUctx_st *gs_current(void);
+CUresult gs_need_ctx(struct CUctx_st **out);
+CUresult gs_resolve_stream(CUstream s, struct CUstream_st **out);
+CUresult gs_ctx_ok(struct CUctx_st *c);
+
+/* memory.c */
+void gs_alloc_track(uint64_t ptr, uint64_t size);
+int gs_alloc_lookup(uint64_t ptr, uint64_t *base, uint64_t *size);
+int gs_alloc_untrack(uint64_t ptr);
+
+/* module.c */
+CUresult gs_launch(struct CUfunc_st *f, const uint32_t grid[3], const uint32_t block[3], CUstream hs);
+CUresult gs_copy(CUstream hs, uint32_t kind, uint64_t bytes, int sync);
+
+#endif

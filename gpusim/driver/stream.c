@@ -1,0 +1,365 @@
+/* stream.c — streams, events, stream capture and graphs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static CUresult sync_call(uint32_t kind, uint32_t id)
+{
+	struct gs_u32x2 m = {.a = kind, .b = id};
+	gs_hdr_fill(&m.h, GS_SYNC, sizeof m);
+	struct gs_reply r;
+	return gs_call(&m, sizeof m, &r, sizeof r);
+}
+
+static CUresult query_call(uint32_t kind, uint32_t id)
+{
+	struct gs_u32x2 m = {.a = kind, .b = id};
+	gs_hdr_fill(&m.h, GS_QUERY, sizeof m);
+	struct gs_reply r;
+	return gs_call(&m, sizeof m, &r, sizeof r);
+}
+
+static CUresult stream_create(CUstream *ph, unsigned int flags)
+{
+	if (ph == NULL || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUctx_st *c;
+	CUresult r = gs_need_ctx(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((r = gs_ctx_ok(c)) != CUDA_SUCCESS)
+		return r;
+	struct CUstream_st *s = calloc(1, sizeof *s);
+	if (s == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	s->magic = GS_MAGIC_STREAM;
+	s->id = gs_next_id();
+	s->ctx = c;
+	struct gs_u32x2 m = {.a = c->id, .b = s->id};
+	gs_hdr_fill(&m.h, GS_STREAM_CREATE, sizeof m);
+	if ((r = gs_send(&m, sizeof m)) != CUDA_SUCCESS) {
+		free(s);
+		return r;
+	}
+	*ph = s;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuStreamCreate(CUstream *ph, unsigned int flags) { return stream_create(ph, flags); }
+
+GS_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
+{
+	(void)priority; /* priorities are accepted but not modelled */
+	return stream_create(ph, flags);
+}
+
+GS_EXPORT CUresult cuStreamDestroy(CUstream hs)
+{
+	if (!gs_initialized)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (hs == NULL || hs == CU_STREAM_LEGACY || hs == CU_STREAM_PER_THREAD || hs->magic != GS_MAGIC_STREAM)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct gs_u32x2 m = {.a = hs->id};
+	gs_hdr_fill(&m.h, GS_STREAM_DESTROY, sizeof m);
+	hs->magic = 0;
+	return gs_send(&m, sizeof m);
+}
+
+GS_EXPORT CUresult cuStreamSynchronize(CUstream hs)
+{
+	struct CUstream_st *s;
+	CUresult r = gs_resolve_stream(hs, &s);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((r = gs_ctx_ok(s->ctx)) != CUDA_SUCCESS)
+		return r;
+	if (s->capture != NULL)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	return sync_call(GS_SYNC_STREAM, s->id);
+}
+
+GS_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hs) { return cuStreamSynchronize(hs); }
+
+GS_EXPORT CUresult cuStreamQuery(CUstream hs)
+{
+	struct CUstream_st *s;
+	CUresult r = gs_resolve_stream(hs, &s);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((r = gs_ctx_ok(s->ctx)) != CUDA_SUCCESS)
+		return r;
+	return query_call(GS_SYNC_STREAM, s->id);
+}
+
+GS_EXPORT CUresult cuStreamWaitEvent(CUstream hs, CUevent ev, unsigned int flags)
+{
+	struct CUstream_st *s;
+	CUresult r = gs_resolve_stream(hs, &s);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (ev == NULL || ev->magic != GS_MAGIC_EVENT || flags > 1)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (s->capture != NULL)
+		return CUDA_SUCCESS; /* dependencies inside a capture are implicit in node order */
+	struct gs_u32x2 m = {.a = s->id, .b = ev->id};
+	gs_hdr_fill(&m.h, GS_STREAM_WAIT_EVENT, sizeof m);
+	return gs_send(&m, sizeof m);
+}
+
+GS_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
+{
+	if (ph == NULL || (flags & ~0xfu))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUctx_st *c;
+	CUresult r = gs_need_ctx(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct CUevent_st *e = calloc(1, sizeof *e);
+	if (e == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->magic = GS_MAGIC_EVENT;
+	e->id = gs_next_id();
+	e->ctx = c;
+	e->flags = flags;
+	struct gs_u32x2 m = {.a = c->id, .b = e->id};
+	gs_hdr_fill(&m.h, GS_EVENT_CREATE, sizeof m);
+	if ((r = gs_send(&m, sizeof m)) != CUDA_SUCCESS) {
+		free(e);
+		return r;
+	}
+	*ph = e;
+	return CUDA_SUCCESS;
+}
+
+static CUresult event_ok(CUevent ev)
+{
+	if (!gs_initialized)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (ev == NULL || ev->magic != GS_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return gs_ctx_ok(ev->ctx);
+}
+
+GS_EXPORT CUresult cuEventRecord(CUevent ev, CUstream hs)
+{
+	CUresult r = event_ok(ev);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct CUstream_st *s;
+	if ((r = gs_resolve_stream(hs, &s)) != CUDA_SUCCESS)
+		return r;
+	if (s->capture != NULL)
+		return CUDA_SUCCESS;
+	struct gs_u32x2 m = {.a = ev->id, .b = s->id};
+	gs_hdr_fill(&m.h, GS_EVENT_RECORD, sizeof m);
+	return gs_send(&m, sizeof m);
+}
+
+GS_EXPORT CUresult cuEventQuery(CUevent ev)
+{
+	CUresult r = event_ok(ev);
+	return r != CUDA_SUCCESS ? r : query_call(GS_SYNC_EVENT, ev->id);
+}
+
+GS_EXPORT CUresult cuEventSynchronize(CUevent ev)
+{
+	CUresult r = event_ok(ev);
+	return r != CUDA_SUCCESS ? r : sync_call(GS_SYNC_EVENT, ev->id);
+}
+
+GS_EXPORT CUresult cuEventDestroy(CUevent ev)
+{
+	if (!gs_initialized)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (ev == NULL || ev->magic != GS_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct gs_u32x2 m = {.a = ev->id};
+	gs_hdr_fill(&m.h, GS_EVENT_DESTROY, sizeof m);
+	ev->magic = 0;
+	return gs_send(&m, sizeof m);
+}
+
+GS_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+	if (ms == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = event_ok(a);
+	if (r == CUDA_SUCCESS)
+		r = event_ok(b);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct gs_u32x2 m = {.a = a->id, .b = b->id};
+	gs_hdr_fill(&m.h, GS_EVENT_ELAPSED, sizeof m);
+	struct gs_elapsed_reply rep;
+	r = gs_call(&m, sizeof m, &rep, sizeof rep);
+	if (r == CUDA_SUCCESS)
+		*ms = rep.ms;
+	return r;
+}
+
+/* ---- capture and graphs ---- */
+
+static struct CUgraph_st *graph_new(void)
+{
+	struct CUgraph_st *g = calloc(1, sizeof *g);
+	if (g != NULL)
+		g->magic = GS_MAGIC_GRAPH;
+	return g;
+}
+
+int gs_graph_add(struct CUgraph_st *g, const struct gs_node *n);
+int gs_graph_add(struct CUgraph_st *g, const struct gs_node *n)
+{
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 16;
+		struct gs_node *p = realloc(g->nodes, cap * sizeof *p);
+		if (p == NULL)
+			return -1;
+		g->nodes = p;
+		g->cap = cap;
+	}
+	g->nodes[g->n++] = *n;
+	return 0;
+}
+
+GS_EXPORT CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
+{
+	if (mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* the legacy NULL stream cannot be captured */
+	if (hs == NULL || hs == CU_STREAM_LEGACY)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	struct CUstream_st *s;
+	CUresult r = gs_resolve_stream(hs, &s);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (s->capture != NULL)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	if ((s->capture = graph_new()) == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuStreamEndCapture(CUstream hs, CUgraph *pg)
+{
+	if (pg == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUstream_st *s;
+	CUresult r = gs_resolve_stream(hs, &s);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (s->capture == NULL)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	*pg = s->capture;
+	s->capture = NULL;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuStreamIsCapturing(CUstream hs, CUstreamCaptureStatus *st)
+{
+	if (st == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUstream_st *s;
+	CUresult r = gs_resolve_stream(hs, &s);
+	if (r != CUDA_SUCCESS)
+		return r;
+	*st = s->capture != NULL ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
+{
+	if (pg == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!gs_initialized)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if ((*pg = graph_new()) == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuGraphDestroy(CUgraph g)
+{
+	if (g == NULL || g->magic != GS_MAGIC_GRAPH)
+		return CUDA_ERROR_INVALID_VALUE;
+	g->magic = 0;
+	free(g->nodes);
+	free(g);
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph g, unsigned long long flags)
+{
+	(void)flags;
+	if (pe == NULL || g == NULL || g->magic != GS_MAGIC_GRAPH)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUgraphExec_st *e = calloc(1, sizeof *e);
+	if (e == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->magic = GS_MAGIC_EXEC;
+	e->n = g->n;
+	if (g->n > 0) {
+		e->nodes = malloc(g->n * sizeof *e->nodes);
+		if (e->nodes == NULL) {
+			free(e);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(e->nodes, g->nodes, g->n * sizeof *e->nodes);
+	}
+	*pe = e;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+	if (e == NULL || e->magic != GS_MAGIC_EXEC)
+		return CUDA_ERROR_INVALID_VALUE;
+	e->magic = 0;
+	free(e->nodes);
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+/* a graph launch sends all its nodes in one write */
+GS_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream hs)
+{
+	if (e == NULL || e->magic != GS_MAGIC_EXEC)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUstream_st *s;
+	CUresult r = gs_resolve_stream(hs, &s);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((r = gs_ctx_ok(s->ctx)) != CUDA_SUCCESS)
+		return r;
+	if (e->n == 0)
+		return CUDA_SUCCESS;
+	size_t per = sizeof(struct gs_launch) > sizeof(struct gs_copy) ? sizeof(struct gs_launch) : sizeof(struct gs_copy);
+	char *buf = malloc(e->n * per);
+	if (buf == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	size_t off = 0;
+	for (size_t i = 0; i < e->n; i++) {
+		const struct gs_node *n = &e->nodes[i];
+		if (n->is_copy) {
+			struct gs_copy m = {.stream = s->id, .kind = n->kind, .bytes = n->bytes};
+			gs_hdr_fill(&m.h, GS_COPY, sizeof m);
+			memcpy(buf + off, &m, sizeof m);
+			off += sizeof m;
+		} else {
+			struct gs_launch m = {.stream = s->id, .func = n->func};
+			memcpy(m.grid, n->grid, sizeof m.grid);
+			memcpy(m.block, n->block, sizeof m.block);
+			gs_hdr_fill(&m.h, GS_LAUNCH, sizeof m);
+			memcpy(buf + off, &m, sizeof m);
+			off += sizeof m;
+		}
+	}
+	r = gs_send(buf, (uint32_t)off);
+	free(buf);
+	return r;
+}
+
+GS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream hs) { return cuGraphLaunch(e, hs); }

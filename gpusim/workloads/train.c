@@ -1,0 +1,150 @@
+/* train — an offline training job stand-in: a memory footprint, then
+ * iterations of big (GPU-filling) and small kernels, synchronised once per
+ * iteration, optionally captured once into a CUDA graph and replayed.
+ * Prints JSON with iterations/s. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: train [--iters N | --duration S] [--kernels K] [--big-share F] [--kernel-us U]\n"
+			"             [--small-grid B] [--bw F] [--mem BYTES] [--graph] [--device D] [--dlsym]\n");
+}
+
+int main(int argc, char **argv)
+{
+	long iters = 0;
+	double duration = 5, big_share = 0.5, kernel_us = 500, bw = 0.4;
+	int kernels = 10, device = 0, graph = 0, use_dlsym = 0;
+	unsigned small_grid = 64;
+	uint64_t mem = 1ull << 30;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int ok = 1;
+		if (strcmp(a, "--graph") == 0) {
+			graph = 1;
+			continue;
+		} else if (strcmp(a, "--dlsym") == 0) {
+			use_dlsym = 1;
+			continue;
+		}
+		if (v == NULL) {
+			usage();
+			return 2;
+		}
+		i++;
+		if (strcmp(a, "--iters") == 0)
+			ok = sscanf(v, "%ld", &iters) == 1 && iters >= 1;
+		else if (strcmp(a, "--duration") == 0)
+			ok = sscanf(v, "%lf", &duration) == 1 && duration > 0 && duration <= 86400;
+		else if (strcmp(a, "--kernels") == 0)
+			ok = sscanf(v, "%d", &kernels) == 1 && kernels >= 1 && kernels <= 100000;
+		else if (strcmp(a, "--big-share") == 0)
+			ok = sscanf(v, "%lf", &big_share) == 1 && big_share >= 0 && big_share <= 1;
+		else if (strcmp(a, "--kernel-us") == 0)
+			ok = sscanf(v, "%lf", &kernel_us) == 1 && kernel_us > 0 && kernel_us <= 1e7;
+		else if (strcmp(a, "--small-grid") == 0)
+			ok = sscanf(v, "%u", &small_grid) == 1 && small_grid >= 1;
+		else if (strcmp(a, "--bw") == 0)
+			ok = sscanf(v, "%lf", &bw) == 1 && bw >= 0 && bw <= 1;
+		else if (strcmp(a, "--mem") == 0)
+			ok = parse_bytes(v, &mem) == 0;
+		else if (strcmp(a, "--device") == 0)
+			ok = sscanf(v, "%d", &device) == 1 && device >= 0;
+		else
+			ok = 0;
+		if (!ok) {
+			fprintf(stderr, "train: bad value for %s: %s\n", a, v);
+			usage();
+			return 2;
+		}
+	}
+	struct drv d;
+	if (drv_load(&d, use_dlsym) != 0)
+		return 1;
+	CUresult r;
+	CUdevice dev;
+	CUcontext ctx;
+	CUstream st;
+	CUmodule mod;
+	CUfunction fn;
+	CUdeviceptr foot = 0;
+	int sms = 0;
+	const char *step = "cuInit";
+	if ((r = d.Init(0)) != CUDA_SUCCESS || (step = "cuDeviceGet", r = d.DeviceGet(&dev, device)) != CUDA_SUCCESS ||
+	    (step = "cuDevicePrimaryCtxRetain", r = d.PrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS ||
+	    (step = "cuCtxSetCurrent", r = d.CtxSetCurrent(ctx)) != CUDA_SUCCESS ||
+	    (step = "cuDeviceGetAttribute", r = d.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) != CUDA_SUCCESS ||
+	    (step = "cuStreamCreate", r = d.StreamCreate(&st, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS ||
+	    (step = "cuMemAlloc", r = (mem > 0 ? d.MemAlloc(&foot, mem) : CUDA_SUCCESS)) != CUDA_SUCCESS) {
+		printf("{\"iterations\":0,\"it_per_s\":0,\"errors\":1,\"first_error\":\"%s\",\"failed_at\":\"%s\"}\n",
+		       drv_errname(&d, r), step);
+		return 3;
+	}
+	char text[512];
+	struct kdef k = {"train_step", kernel_us, bw};
+	if ((r = d.ModuleLoadData(&mod, module_text(&k, 1, text, sizeof text))) != CUDA_SUCCESS ||
+	    (r = d.ModuleGetFunction(&fn, mod, "train_step")) != CUDA_SUCCESS) {
+		printf("{\"iterations\":0,\"it_per_s\":0,\"errors\":1,\"first_error\":\"%s\",\"failed_at\":\"module\"}\n",
+		       drv_errname(&d, r));
+		return 3;
+	}
+	/* big kernels fill the GPU for two waves; small ones use small_grid blocks */
+	unsigned big_grid = (unsigned)sms * 8 * 2;
+	int nbig = (int)lround(big_share * kernels);
+	CUgraphExec exec = NULL;
+	if (graph) {
+		CUgraph g;
+		r = d.StreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_GLOBAL);
+		for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
+			r = d.LaunchKernel(fn, i < nbig ? big_grid : small_grid, 1, 1, 256, 1, 1, 0, st, NULL, NULL);
+		if (r == CUDA_SUCCESS)
+			r = d.StreamEndCapture(st, &g);
+		if (r == CUDA_SUCCESS)
+			r = d.GraphInstantiate(&exec, g, 0);
+		if (r != CUDA_SUCCESS) {
+			printf("{\"iterations\":0,\"it_per_s\":0,\"errors\":1,\"first_error\":\"%s\",\"failed_at\":\"graph\"}\n",
+			       drv_errname(&d, r));
+			return 3;
+		}
+		d.GraphDestroy(g);
+	}
+	long done = 0, errors = 0;
+	CUresult first = CUDA_SUCCESS;
+	double t0 = now_s();
+	while (iters > 0 ? done < iters : now_s() - t0 < duration) {
+		r = CUDA_SUCCESS;
+		if (graph)
+			r = d.GraphLaunch(exec, st);
+		else
+			for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
+				r = d.LaunchKernel(fn, i < nbig ? big_grid : small_grid, 1, 1, 256, 1, 1, 0, st, NULL, NULL);
+		if (r == CUDA_SUCCESS)
+			r = d.StreamSynchronize(st);
+		if (r != CUDA_SUCCESS) {
+			errors++;
+			first = r;
+			break;
+		}
+		done++;
+	}
+	double el = now_s() - t0;
+	printf("{\"iterations\":%ld,\"it_per_s\":%.3f,\"duration_s\":%.3f,\"errors\":%ld,\"first_error\":\"%s\","
+	       "\"mem_bytes\":%llu,\"graph\":%s,\"kernels_per_iter\":%d}\n",
+	       done, el > 0 ? (double)done / el : 0, el, errors, first == CUDA_SUCCESS ? "" : drv_errname(&d, first),
+	       (unsigned long long)mem, graph ? "true" : "false", kernels);
+	fflush(stdout);
+	if (first != CUDA_SUCCESS)
+		return 3;
+	if (exec)
+		d.GraphExecDestroy(exec);
+	if (foot)
+		d.MemFree(foot);
+	d.StreamDestroy(st);
+	d.PrimaryCtxRelease(dev);
+	return 0;
+}
