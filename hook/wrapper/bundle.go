@@ -138,6 +138,9 @@ func patchSpec(raw []byte, s *specs.Spec) ([]byte, error) {
 		if err != nil {
 			return fmt.Errorf("encode %s: %w", key, err)
 		}
+		if _, had := m[key]; !had && string(enc) == "null" {
+			return nil // still absent: do not add "key": null
+		}
 		m[key] = enc
 		return nil
 	}

@@ -1,0 +1,151 @@
+package gpucontainer
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
+)
+
+func withEnv(env ...string) *specs.Spec {
+	return &specs.Spec{Process: &specs.Process{Env: env}}
+}
+
+func TestDetect(t *testing.T) {
+	devs := func(paths ...string) *specs.Spec {
+		s := &specs.Spec{Linux: &specs.Linux{}}
+		for _, p := range paths {
+			s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: p})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		spec    *specs.Spec
+		want    []string
+		wantErr bool
+	}{
+		{"nil spec", nil, nil, false},
+		{"no gpu", withEnv("PATH=/bin"), nil, false},
+		{"void", withEnv("NVIDIA_VISIBLE_DEVICES=void"), nil, false},
+		{"none", withEnv("NVIDIA_VISIBLE_DEVICES=none"), nil, false},
+		{"empty", withEnv("NVIDIA_VISIBLE_DEVICES="), nil, false},
+		{"all", withEnv("NVIDIA_VISIBLE_DEVICES=all"), []string{"all"}, false},
+		{"indexes", withEnv("NVIDIA_VISIBLE_DEVICES=0, 1,1,"), []string{"0", "1"}, false},
+		{"uuid", withEnv("NVIDIA_VISIBLE_DEVICES=GPU-0b1c2d3e-aaaa-bbbb"), []string{"GPU-0b1c2d3e-aaaa-bbbb"}, false},
+		{"last value wins", withEnv("NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=void"), nil, false},
+		{"env beats devices", &specs.Spec{Process: &specs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=void"}}, Linux: &specs.Linux{Devices: []specs.LinuxDevice{{Path: "/dev/nvidia0"}}}}, nil, false},
+		{"path-like gpu", withEnv("NVIDIA_VISIBLE_DEVICES=../../etc"), nil, true},
+		{"huge", withEnv("NVIDIA_VISIBLE_DEVICES=" + strings.Repeat("0,", 5000)), nil, true},
+		{"too many", withEnv("NVIDIA_VISIBLE_DEVICES=" + seq(65)), nil, true},
+		{"only commas", withEnv("NVIDIA_VISIBLE_DEVICES=,,"), nil, true},
+		{"cdi", &specs.Spec{Annotations: map[string]string{"cdi.k8s.io/gpu": "nvidia.com/gpu=1,nvidia.com/gpu=0", "cdi.k8s.io/x": "vendor.com/nic=eth0"}}, []string{"1", "0"}, false},
+		{"cdi other vendor", &specs.Spec{Annotations: map[string]string{"cdi.k8s.io/x": "vendor.com/nic=eth0"}}, nil, false},
+		{"cdi bad name", &specs.Spec{Annotations: map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=a/b"}}, nil, true},
+		{"devices", devs("/dev/nvidiactl", "/dev/nvidia1", "/dev/nvidia-uvm", "/dev/nvidia1"), []string{"1"}, false},
+		{"control devices only", devs("/dev/nvidiactl", "/dev/nvidia-uvm"), []string{"all"}, false},
+		{"other devices", devs("/dev/fuse", "/dev/nvme0"), nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Detect(tc.spec)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if err != nil && !errors.Is(err, ErrBadDevices) {
+				t.Errorf("err %v is not ErrBadDevices", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func seq(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strings.Repeat("1", 1+i/100) + string(rune('0'+i%10)) + string(rune('0'+(i/10)%10)))
+	}
+	return b.String()
+}
+
+func TestClassify(t *testing.T) {
+	p := policy.Default()
+	p.Classes.Offline.MemoryLimit = 16 << 30
+	for _, tc := range []struct {
+		name      string
+		ann       map[string]string
+		class     api.Class
+		limits    api.Limits
+		errSubstr string
+	}{
+		{"defaults", nil, api.Offline, api.Limits{}, ""},
+		{"online", map[string]string{"muxflow.io/class": "online"}, api.Online, api.Limits{}, ""},
+		{"limits", map[string]string{"muxflow.io/gpu-memory": "8GiB", "muxflow.io/sm-percent": "30"}, api.Offline, api.Limits{GPUMemory: 8 << 30, SMPercent: 30}, ""},
+		{"percent sign", map[string]string{"muxflow.io/sm-percent": "30%"}, api.Offline, api.Limits{SMPercent: 30}, ""},
+		{"bad class", map[string]string{"muxflow.io/class": "batch"}, "", api.Limits{}, "annotation muxflow.io/class"},
+		{"memory above class", map[string]string{"muxflow.io/gpu-memory": "32GiB"}, "", api.Limits{}, "annotation muxflow.io/gpu-memory: 32GiB is above the offline class limit of 16GiB"},
+		{"memory garbage", map[string]string{"muxflow.io/gpu-memory": "lots"}, "", api.Limits{}, "annotation muxflow.io/gpu-memory"},
+		{"memory zero", map[string]string{"muxflow.io/gpu-memory": "0"}, "", api.Limits{}, "annotation muxflow.io/gpu-memory"},
+		{"memory huge value", map[string]string{"muxflow.io/gpu-memory": strings.Repeat("9", 100000)}, "", api.Limits{}, "100000 bytes long"},
+		{"sm above class", map[string]string{"muxflow.io/sm-percent": "95"}, "", api.Limits{}, "95% is outside the offline class's range 5%..90%"},
+		{"sm fraction", map[string]string{"muxflow.io/sm-percent": "0.3"}, "", api.Limits{}, "annotation muxflow.io/sm-percent"},
+		{"online sm below floor", map[string]string{"muxflow.io/class": "online", "muxflow.io/sm-percent": "20"}, "", api.Limits{}, "outside the online class's range 50%..100%"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			class, lim, err := Classify(tc.ann, p)
+			if tc.errSubstr != "" {
+				var ae *AnnotationError
+				if !errors.As(err, &ae) || !strings.Contains(err.Error(), tc.errSubstr) {
+					t.Fatalf("err = %v, want an AnnotationError containing %q", err, tc.errSubstr)
+				}
+				if len(err.Error()) > 300 {
+					t.Errorf("message is %d bytes long; it must stay one short sentence", len(err.Error()))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if class != tc.class {
+				t.Errorf("class = %q, want %q", class, tc.class)
+			}
+			if diff := cmp.Diff(tc.limits, lim); diff != "" {
+				t.Errorf("limits (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func FuzzDetect(f *testing.F) {
+	f.Add("0,1", "nvidia.com/gpu=0", "/dev/nvidia0")
+	f.Add("all", "", "/dev/nvidiactl")
+	f.Add("void", "nvidia.com/gpu=GPU-12345678", "")
+	f.Fuzz(func(t *testing.T, env, cdi, dev string) {
+		s := &specs.Spec{
+			Process:     &specs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=" + env}},
+			Annotations: map[string]string{"cdi.k8s.io/x": cdi},
+			Linux:       &specs.Linux{Devices: []specs.LinuxDevice{{Path: dev}}},
+		}
+		for _, sp := range []*specs.Spec{s, {Annotations: s.Annotations, Linux: s.Linux}} {
+			gpus, err := Detect(sp)
+			if err != nil {
+				continue
+			}
+			r := api.RegisterRequest{ID: "x", Class: api.Offline, GPUs: gpus}
+			if gpus != nil {
+				if verr := r.Validate(); verr != nil {
+					t.Fatalf("Detect returned GPUs muxd would refuse: %q: %v", gpus, verr)
+				}
+			}
+		}
+	})
+}
