@@ -13,16 +13,21 @@ const wantedEvents = uint64(nvml.EventTypeXidCriticalError |
 	nvml.EventTypeDoubleBitEccError |
 	nvml.EventTypeGpuUnavailableError)
 
-// eventLoop waits on an NVML event set for error events and applies each
-// to its GPU at once. Where events are not available (some drivers, vGPU,
+// WatchEvents waits on an NVML event set for error events and applies each
+// to its GPU at once, until ctx is cancelled. Run calls it; a caller that
+// drives Poll itself runs it in its own goroutine. Where events are not available (some drivers, vGPU,
 // containers without the right device nodes, adapters that lack them) it
 // logs why and returns: sampling still detects lost GPUs.
-func (m *Monitor) eventLoop(ctx context.Context) {
+func (m *Monitor) WatchEvents(ctx context.Context) {
 	set, ok := m.registerEvents()
 	if !ok {
 		return
 	}
-	defer safeCall(set.Free)
+	m.listening.Store(true)
+	defer func() {
+		m.listening.Store(false)
+		safeCall(set.Free)
+	}()
 
 	waitMs := uint32(m.cfg.EventWait / time.Millisecond)
 	var lastErr nvml.Return = nvml.SUCCESS

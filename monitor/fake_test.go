@@ -68,7 +68,7 @@ type fakeNode struct {
 	registered map[int]uint64
 }
 
-func newFakeNode(t *testing.T, n int) *fakeNode {
+func newFakeNode(t testing.TB, n int) *fakeNode {
 	t.Helper()
 	fn := &fakeNode{
 		srv:        dgxh100.NewWithGPUs(gpus.Multiple(n, gpus.H100_SXM5_80GB)...),

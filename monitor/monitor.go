@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -97,6 +98,9 @@ type Monitor struct {
 	// state; mu guards everything below it.
 	pollMu sync.Mutex
 
+	// listening is true while the NVML event set is registered.
+	listening atomic.Bool
+
 	mu       sync.Mutex
 	gpus     []*gpu
 	status   []gpuState
@@ -171,7 +175,7 @@ func New(lib nvml.Interface, cfg Config, clock Clock, log *slog.Logger) (*Monito
 // ctx is cancelled. It returns nil on cancellation.
 func (m *Monitor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Go(func() { m.eventLoop(ctx) })
+	wg.Go(func() { m.WatchEvents(ctx) })
 	defer wg.Wait()
 
 	t := m.clock.NewTicker(m.cfg.Period)
@@ -270,6 +274,10 @@ func (m *Monitor) ClearFault(uuid string) error {
 	}
 	return fmt.Errorf("clearing fault of GPU %q: %w", uuid, ErrUnknownGPU)
 }
+
+// ListeningForEvents reports whether NVML error events (Xid, ECC) are being
+// received. When false, faults are only seen as a lost GPU in sampling.
+func (m *Monitor) ListeningForEvents() bool { return m.listening.Load() }
 
 // Snapshot returns the latest sample and health of every GPU, by index.
 func (m *Monitor) Snapshot() []GPUStatus {

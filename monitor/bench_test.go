@@ -1,0 +1,37 @@
+package monitor
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkMachineStep is the cost of one health decision (per GPU per
+// period), excluding NVML.
+func BenchmarkMachineStep(b *testing.B) {
+	m := NewMachine(DefaultConfig(), t0)
+	samples := []*Sample{calm.sample(t0), warm.sample(t0), lukewarm.sample(t0)}
+	now := t0
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(period)
+		s := samples[i%len(samples)]
+		m.Step(Input{Time: now, Sample: s})
+	}
+}
+
+// BenchmarkPoll8GPUs is the monitor's own cost of one poll of an 8-GPU
+// node through the mock NVML (the driver's time comes on top; nvmlprobe
+// measures that on real hardware).
+func BenchmarkPoll8GPUs(b *testing.B) {
+	fn := newFakeNode(b, 8)
+	m, err := New(fn.srv, DefaultConfig(), newFakeClock(), quietLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Poll()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/8/float64(time.Microsecond), "µs/gpu")
+}
