@@ -138,7 +138,9 @@ func (m *Machine) assess(s *Sample) assessment {
 		}
 		dirty = dirty || v > c.PowerClearPercent
 	}
-	a.clear = !dirty && a.hard == nil && a.soft == nil
+	// A sample that shows nothing proves nothing: it is not a breach, but
+	// it must not count towards the clear dwell either.
+	a.clear = !dirty && a.hard == nil && a.soft == nil && s.hasCoreTelemetry()
 	return a
 }
 

@@ -334,6 +334,12 @@ func TestMachineTransitions(t *testing.T) {
 			final: Healthy,
 		},
 		{
+			name:  "blind samples do not count towards clearing",
+			steps: newScript().samples(2, warm).samples(1, calm).for_(4900*time.Millisecond, obs{blind: true}).samples(1, calm),
+			want:  []string{"healthy->throttled@0.2:temperature"},
+			final: Throttled,
+		},
+		{
 			name: "disabled thresholds never fire",
 			cfg: func(c *Config) {
 				c.TempSoftC, c.TempHardC, c.MemSoftPercent, c.MemHardPercent, c.ClockSoftPercent = 0, 0, 0, 0, 0

@@ -256,6 +256,9 @@ func TestXidEventFaultsItsGPU(t *testing.T) {
 			t.Fatalf("no fault and transition events after an Xid; got %+v", got)
 		}
 	}
+	if !m.ListeningForEvents() {
+		t.Error("ListeningForEvents() = false while an event was just received")
+	}
 	if got[0].Kind != EventFault || got[0].GPU != 1 || got[0].Fault.Xid != 79 || got[0].Fault.Class != FaultReset {
 		t.Errorf("first event %+v, want the Xid 79 reset-class fault on GPU 1", got[0])
 	}
@@ -311,6 +314,9 @@ func TestRunWithoutEventSupport(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
+	}
+	if m.ListeningForEvents() {
+		t.Error("ListeningForEvents() = true without an event set")
 	}
 	if n := m.Snapshot()[0].Samples; n < 4 {
 		t.Errorf("%d samples after 4 ticks, want at least 4 (sampling must go on without events)", n)
