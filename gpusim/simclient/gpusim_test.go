@@ -1,0 +1,446 @@
+package simclient_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/muxflow/muxflow/gpusim/simclient"
+)
+
+// These tests run the real programs: gpusimd, the fake libcuda under the C
+// workloads, and the fake MPS control tool. Timing assertions compare runs
+// inside one test and allow wide tolerances: the build machine is shared.
+
+func start(t *testing.T, o simclient.Options) *simclient.Daemon {
+	t.Helper()
+	if _, err := simclient.Paths(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := simclient.Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
+
+func startMPS(t *testing.T, d *simclient.Daemon) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.StartMPS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.StopMPS)
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	out *strings.Builder
+	err *strings.Builder
+}
+
+func spawn(t *testing.T, d *simclient.Daemon, env []string, bin string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(append(os.Environ(), d.Env()...), env...)
+	p := &proc{cmd: cmd, out: &strings.Builder{}, err: &strings.Builder{}}
+	cmd.Stdout, cmd.Stderr = p.out, p.err
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return p
+}
+
+// wait returns the program's JSON result and exit status.
+func (p *proc) wait(t *testing.T) (map[string]any, int) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("%s did not finish; stderr: %s", p.cmd.Path, p.err)
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s: %v", p.cmd.Path, err)
+	}
+	var m map[string]any
+	line := strings.TrimSpace(p.out.String())
+	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+		line = line[i+1:]
+	}
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatalf("%s printed no JSON (exit %d): stdout %q stderr %q", filepath.Base(p.cmd.Path), code, p.out, p.err)
+	}
+	return m, code
+}
+
+func run(t *testing.T, d *simclient.Daemon, env []string, bin string, args ...string) (map[string]any, int) {
+	t.Helper()
+	return spawn(t, d, env, bin, args...).wait(t)
+}
+
+func num(t *testing.T, m map[string]any, k string) float64 {
+	t.Helper()
+	v, ok := m[k].(float64)
+	if !ok {
+		t.Fatalf("result %v has no number %q", m, k)
+	}
+	return v
+}
+
+// a training step of 4 GPU-filling kernels of 2 waves x 2ms: 16ms nominal
+var bigTrain = []string{"--kernels", "4", "--big-share", "1", "--kernel-us", "2000", "--mem", "64M"}
+
+func TestAPIProbe(t *testing.T) {
+	d := start(t, simclient.Options{})
+	b, _ := simclient.Build()
+	cmd := exec.Command(filepath.Join(b, "gpusim", "test", "apiprobe"))
+	cmd.Env = append(os.Environ(), d.Env()...)
+	out, err := cmd.CombinedOutput()
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "FAIL") {
+			t.Error(l)
+		}
+	}
+	if err != nil {
+		t.Fatalf("apiprobe: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "failures 0") {
+		t.Fatalf("apiprobe did not finish: %s", out)
+	}
+}
+
+func TestBadInputIsRefused(t *testing.T) {
+	d := start(t, simclient.Options{})
+	a := d.Artifacts
+	for _, args := range [][]string{
+		{"--kernels", "0"}, {"--big-share", "2"}, {"--mem", "lots"}, {"--nonsense", "1"},
+	} {
+		cmd := exec.Command(a.Train, args...)
+		cmd.Env = append(os.Environ(), d.Env()...)
+		if err := cmd.Run(); err == nil {
+			t.Errorf("train %v succeeded, want a usage error", args)
+		}
+	}
+	for _, rate := range []string{"constant:-1", "diurnal:5:1:10", "csv:/does/not/exist", "sine:3"} {
+		cmd := exec.Command(a.Infer, "--rate", rate, "--duration", "0.1")
+		cmd.Env = append(os.Environ(), d.Env()...)
+		if err := cmd.Run(); err == nil {
+			t.Errorf("infer --rate %s succeeded, want a usage error", rate)
+		}
+	}
+	ctx := context.Background()
+	if err := d.InjectFault(ctx, simclient.Fault{Device: 7, Xid: 13}); err == nil {
+		t.Error("fault on a missing device accepted")
+	}
+	if err := d.InjectFault(ctx, simclient.Fault{Device: 0, Xid: -1}); err == nil {
+		t.Error("negative Xid accepted")
+	}
+	if err := d.SetPowerLimit(ctx, 0, 1); err == nil {
+		t.Error("1 W power limit accepted")
+	}
+}
+
+func TestSharingAndCaps(t *testing.T) {
+	d := start(t, simclient.Options{GPUs: "h100"})
+	a := d.Artifacts
+	alone, _ := run(t, d, nil, a.Train, append([]string{"--iters", "15"}, bigTrain...)...)
+	rAlone := num(t, alone, "it_per_s")
+	if want := 1000.0 / 16; math.Abs(rAlone-want) > 0.25*want {
+		t.Errorf("alone: %.1f it/s, want about %.1f (16ms nominal steps)", rAlone, want)
+	}
+
+	startMPS(t, d)
+	p1 := spawn(t, d, nil, a.Train, append([]string{"--duration", "1"}, bigTrain...)...)
+	p2 := spawn(t, d, nil, a.Train, append([]string{"--duration", "1"}, bigTrain...)...)
+	m1, _ := p1.wait(t)
+	m2, _ := p2.wait(t)
+	for i, m := range []map[string]any{m1, m2} {
+		ratio := num(t, m, "it_per_s") / rAlone
+		if ratio < 0.38 || ratio > 0.68 {
+			t.Errorf("MPS client %d with an equal neighbour ran at %.2f of its solo speed, want about 0.5", i, ratio)
+		}
+	}
+
+	capped, _ := run(t, d, []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"}, a.Train,
+		append([]string{"--iters", "6"}, bigTrain...)...)
+	ratio := num(t, capped, "it_per_s") / rAlone
+	if want := 40.0 / 132; ratio < want*0.75 || ratio > want*1.3 {
+		t.Errorf("alone at 30%% active threads: %.2f of full speed, want about %.2f", ratio, want)
+	}
+}
+
+func TestTimeSlicingInflatesLatency(t *testing.T) {
+	const slice = 10 * time.Millisecond
+	d := start(t, simclient.Options{TimeSlice: slice})
+	a := d.Artifacts
+	inferArgs := []string{"--rate", "constant:40", "--duration", "1.5", "--kernels", "2", "--kernel-us", "500", "--io-bytes", "0"}
+	alone, _ := run(t, d, nil, a.Infer, inferArgs...)
+	tr := spawn(t, d, nil, a.Train, append([]string{"--duration", "2.5"}, bigTrain...)...)
+	time.Sleep(200 * time.Millisecond)
+	shared, _ := run(t, d, nil, a.Infer, inferArgs...)
+	tr.wait(t)
+	grow := num(t, shared, "mean_ms") - num(t, alone, "mean_ms")
+	sliceMs := float64(slice.Milliseconds())
+	if grow < 0.2*sliceMs || grow > 1.6*sliceMs {
+		t.Errorf("without MPS a busy neighbour raised mean latency by %.1fms, want roughly a %v slice (0.2-1.6x)", grow, slice)
+	}
+}
+
+func TestOutOfMemory(t *testing.T) {
+	d := start(t, simclient.Options{GPUs: "t4"})
+	a := d.Artifacts
+	m, code := run(t, d, nil, a.Train, "--iters", "1", "--mem", "20G")
+	if code != 3 || m["first_error"] != "CUDA_ERROR_OUT_OF_MEMORY" {
+		t.Errorf("20G on a 16GB T4: exit %d, result %v; want exit 3 with CUDA_ERROR_OUT_OF_MEMORY", code, m)
+	}
+	m, code = run(t, d, nil, a.Train, "--iters", "1", "--mem", "14G")
+	if code != 0 {
+		t.Errorf("14G on a 16GB T4 failed: %v", m)
+	}
+	// an MPS pinned memory limit is per client
+	startMPS(t, d)
+	lim := []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G"}
+	if m, code := run(t, d, lim, a.Train, "--iters", "1", "--mem", "2G"); code != 3 || m["first_error"] != "CUDA_ERROR_OUT_OF_MEMORY" {
+		t.Errorf("2G under a 1G MPS limit: exit %d, %v; want out of memory", code, m)
+	}
+	if m, code := run(t, d, lim, a.Train, "--iters", "1", "--mem", "512M"); code != 0 {
+		t.Errorf("512M under a 1G MPS limit failed: %v", m)
+	}
+}
+
+func TestDirtyExitFaultsMPSNeighbours(t *testing.T) {
+	for _, mps := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mps=%v", mps), func(t *testing.T) {
+			d := start(t, simclient.Options{})
+			a := d.Artifacts
+			if mps {
+				startMPS(t, d)
+			}
+			online := spawn(t, d, nil, a.Infer, "--rate", "constant:100", "--duration", "1.5", "--io-bytes", "0")
+			offline := spawn(t, d, nil, a.Train, append([]string{"--duration", "30"}, bigTrain...)...)
+			time.Sleep(500 * time.Millisecond)
+			_ = offline.cmd.Process.Signal(syscall.SIGKILL) // dies with kernels in flight
+			_ = offline.cmd.Wait()
+			m, code := online.wait(t)
+			if mps {
+				if code != 3 || m["first_error"] != "CUDA_ERROR_LAUNCH_FAILED" {
+					t.Errorf("under MPS the online client ended with exit %d, %v; want CUDA_ERROR_LAUNCH_FAILED", code, m)
+				}
+				x, err := d.Xids(context.Background(), 0, 0)
+				if err != nil || len(x) == 0 || x[0].Xid != 43 {
+					t.Errorf("Xids after the fault = %v, %v; want an Xid 43", x, err)
+				}
+				// once every client has gone the server takes new ones
+				if m, code := run(t, d, nil, a.Train, "--iters", "2", "--mem", "0"); code != 0 {
+					t.Errorf("a new client after the fault cleared: %v", m)
+				}
+			} else if code != 0 || num(t, m, "errors") != 0 {
+				t.Errorf("without MPS the online client saw %v (exit %d); want no errors", m, code)
+			}
+		})
+	}
+}
+
+func TestInjectedFaultAndHang(t *testing.T) {
+	d := start(t, simclient.Options{})
+	a := d.Artifacts
+	ctx := context.Background()
+	tr := spawn(t, d, nil, a.Train, append([]string{"--duration", "30"}, bigTrain...)...)
+	time.Sleep(300 * time.Millisecond)
+	if err := d.SetHung(ctx, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Stats(ctx)
+	if err != nil || !st[0].Hung {
+		t.Fatalf("stats after hang: %v, %v", st, err)
+	}
+	before := st[0].SMNs
+	time.Sleep(100 * time.Millisecond)
+	if err := d.SetHung(ctx, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.InjectFault(ctx, simclient.Fault{Device: 0, Xid: 31, PID: tr.cmd.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	m, code := tr.wait(t)
+	if code != 3 || m["first_error"] != "CUDA_ERROR_ILLEGAL_ADDRESS" {
+		t.Errorf("after an injected Xid 31 train ended with exit %d, %v; want CUDA_ERROR_ILLEGAL_ADDRESS", code, m)
+	}
+	if before <= 0 {
+		t.Errorf("no SM time accumulated before the hang")
+	}
+	x, _ := d.Xids(ctx, 0, 0)
+	var codes []int
+	for _, e := range x {
+		codes = append(codes, e.Xid)
+	}
+	if diff := cmp.Diff([]int{43, 31}, codes); diff != "" {
+		t.Errorf("Xid log (-want +got):\n%s", diff)
+	}
+}
+
+func TestStatsAgreeWithWhatRan(t *testing.T) {
+	d := start(t, simclient.Options{Window: 500 * time.Millisecond})
+	a := d.Artifacts
+	ctx := context.Background()
+	// 10 iterations x 4 GPU-filling kernels of 4ms: 160ms busy, all SMs
+	run(t, d, nil, a.Train, append([]string{"--iters", "10"}, bigTrain...)...)
+	st, err := d.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := st[0].BusyNs / 1e6
+	if math.Abs(busy-160) > 0.1*160 {
+		t.Errorf("busy time %.1fms, want 160ms", busy)
+	}
+	if act := st[0].SMNs / st[0].BusyNs / float64(st[0].SMs); math.Abs(act-1) > 0.02 {
+		t.Errorf("SM activity while busy %.2f, want 1.0 for GPU-filling kernels", act)
+	}
+	// small kernels: NVML utilisation counts the time, DCGM SM activity the SMs
+	p := spawn(t, d, nil, a.Train, "--duration", "1.2", "--kernels", "4", "--big-share", "0", "--small-grid", "264", "--kernel-us", "1000", "--mem", "256M")
+	time.Sleep(1000 * time.Millisecond)
+	st, err = d.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps *simclient.ProcessStats
+	for i := range st[0].Processes {
+		if st[0].Processes[i].PID == p.cmd.Process.Pid {
+			ps = &st[0].Processes[i]
+		}
+	}
+	p.wait(t)
+	if ps == nil {
+		t.Fatalf("running process %d missing from %+v", p.cmd.Process.Pid, st[0].Processes)
+	}
+	if ps.MemUsed != 256<<20 || st[0].MemUsed < 256<<20 {
+		t.Errorf("memory: process %d, device %d; want 256MiB", ps.MemUsed, st[0].MemUsed)
+	}
+	if st[0].Util < 80 || ps.Util < 80 {
+		t.Errorf("NVML utilisation device %.0f%% process %.0f%%, want near 100%%", st[0].Util, ps.Util)
+	}
+	if want := 33.0 / 132; math.Abs(st[0].SMActivity-want) > 0.08 {
+		t.Errorf("SM activity %.2f, want about %.2f (33 of 132 SMs)", st[0].SMActivity, want)
+	}
+}
+
+func TestMPSControlCommands(t *testing.T) {
+	d := start(t, simclient.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := d.MPSCommand(ctx, "get_server_list"); err == nil {
+		t.Error("command mode without a daemon succeeded")
+	}
+	startMPS(t, d)
+	if err := d.StartMPS(ctx); err == nil {
+		t.Error("a second daemon started on the same pipe directory")
+	}
+	tests := []struct{ cmd, want string }{
+		{"get_default_active_thread_percentage", "100.0\n"},
+		{"set_default_active_thread_percentage 40", "40.0\n"},
+		{"get_default_active_thread_percentage", "40.0\n"},
+		{"set_default_active_thread_percentage 0", "Invalid percentage\n"},
+		{"set_default_active_thread_percentage 140", "Invalid percentage\n"},
+		{"set_default_device_pinned_mem_limit 0 2G", ""},
+		{"get_default_device_pinned_mem_limit 0", "2G\n"},
+		{"get_server_list", ""},
+		{"no_such_command", "Unrecognized command \"no_such_command\"\n"},
+	}
+	for _, tc := range tests {
+		got, err := d.MPSCommand(ctx, tc.cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.cmd, got, tc.want)
+		}
+	}
+	// a client makes the daemon start a server, which takes the defaults
+	p := spawn(t, d, nil, d.Artifacts.Train, append([]string{"--duration", "2"}, bigTrain...)...)
+	var server string
+	for i := 0; i < 100 && server == ""; i++ {
+		time.Sleep(30 * time.Millisecond)
+		out, _ := d.MPSCommand(ctx, "get_server_list")
+		server = strings.TrimSpace(out)
+	}
+	if server == "" {
+		t.Fatal("no MPS server appeared for the client")
+	}
+	clients, _ := d.MPSCommand(ctx, "get_client_list "+server)
+	if want := fmt.Sprintf("%d\n", p.cmd.Process.Pid); clients != want {
+		t.Errorf("get_client_list: got %q, want %q", clients, want)
+	}
+	for cmd, want := range map[string]string{
+		"get_active_thread_percentage " + server: "40.0\n",
+		"get_server_status " + server:            "ACTIVE\n",
+	} {
+		if got, _ := d.MPSCommand(ctx, cmd); got != want {
+			t.Errorf("%s: got %q, want %q", cmd, got, want)
+		}
+	}
+	servers, err := d.MPSServers(ctx)
+	if err != nil || len(servers) != 1 || servers[0].ATP != 40 {
+		t.Errorf("gpusimd's view of the servers: %+v, %v", servers, err)
+	}
+	p.wait(t)
+	if out, err := d.MPSCommand(ctx, "quit"); err != nil || out != "" {
+		t.Errorf("quit: %q, %v", out, err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(filepath.Join(d.MPSPipeDir(), "control")); err != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Error("control socket still there after quit")
+}
+
+func TestMPSLogs(t *testing.T) {
+	d := start(t, simclient.Options{})
+	startMPS(t, d)
+	run(t, d, nil, d.Artifacts.Train, "--iters", "1", "--mem", "0")
+	d.StopMPS()
+	f, err := os.Open(filepath.Join(d.MPSLogDir(), "control.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var saw bool
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		saw = saw || strings.Contains(sc.Text(), "Starting new server")
+	}
+	if !saw {
+		t.Error("control.log does not record the server start")
+	}
+}

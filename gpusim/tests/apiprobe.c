@@ -1,0 +1,202 @@
+/* apiprobe — links the fake libcuda directly (-lcuda) and walks the driver
+ * API surface: every check prints "ok NAME" or "FAIL NAME: ..." and the exit
+ * status is the number of failures. Run by gpusim's Go tests under gpusimd. */
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda.h>
+
+static int fails;
+
+#define CHECK(name, expr, want)                                                                    \
+	do {                                                                                       \
+		CUresult r_ = (expr);                                                              \
+		if (r_ != (want)) {                                                                \
+			const char *s_ = "?";                                                      \
+			cuGetErrorName(r_, &s_);                                                   \
+			printf("FAIL %s: got %s (%d), want %d\n", name, s_, (int)r_, (int)(want)); \
+			fails++;                                                                   \
+		} else {                                                                           \
+			printf("ok %s\n", name);                                                   \
+		}                                                                                  \
+	} while (0)
+
+#define TRUE(name, cond)                                   \
+	do {                                               \
+		if (!(cond)) {                             \
+			printf("FAIL %s: %s\n", name, #cond); \
+			fails++;                           \
+		} else {                                   \
+			printf("ok %s\n", name);           \
+		}                                          \
+	} while (0)
+
+static const char *module = "gpusim-module 1\nfunc k block_us=100 bw=0.1\n";
+
+int main(void)
+{
+	CUdevice dev;
+	CUcontext ctx, ctx2, cur;
+	int n = 0, v = 0;
+	char name[128];
+	size_t total = 0, fr = 0, tot = 0;
+
+	CHECK("before init", cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+	CHECK("cuInit bad flags", cuInit(1), CUDA_ERROR_INVALID_VALUE);
+	CHECK("cuInit", cuInit(0), CUDA_SUCCESS);
+	CHECK("cuDriverGetVersion", cuDriverGetVersion(&v), CUDA_SUCCESS);
+	TRUE("driver version >= 12000", v >= 12000);
+	CHECK("cuDeviceGetCount", cuDeviceGetCount(&n), CUDA_SUCCESS);
+	TRUE("one or more devices", n >= 1);
+	CHECK("cuDeviceGet bad ordinal", cuDeviceGet(&dev, n), CUDA_ERROR_INVALID_DEVICE);
+	CHECK("cuDeviceGet", cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+	CHECK("cuDeviceGetName", cuDeviceGetName(name, sizeof name, dev), CUDA_SUCCESS);
+	TRUE("name says NVIDIA or Tesla", strstr(name, "NVIDIA") != NULL || strstr(name, "Tesla") != NULL);
+	CUuuid u;
+	CHECK("cuDeviceGetUuid", cuDeviceGetUuid(&u, dev), CUDA_SUCCESS);
+	CHECK("cuDeviceTotalMem", cuDeviceTotalMem(&total, dev), CUDA_SUCCESS);
+	TRUE("total memory > 1 GiB", total > (1ull << 30));
+	CHECK("SM count", cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), CUDA_SUCCESS);
+	TRUE("SM count positive", v > 0);
+	CHECK("bad attribute", cuDeviceGetAttribute(&v, (CUdevice_attribute)100000, dev), CUDA_ERROR_INVALID_VALUE);
+
+	CHECK("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+	CHECK("cuCtxSetCurrent", cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+	CHECK("cuCtxGetCurrent", cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+	TRUE("current is primary", cur == ctx);
+	CHECK("cuCtxCreate", cuCtxCreate(&ctx2, 0, dev), CUDA_SUCCESS);
+	CHECK("cuCtxPopCurrent", cuCtxPopCurrent(&cur), CUDA_SUCCESS);
+	TRUE("popped the new context", cur == ctx2);
+	CHECK("cuCtxDestroy", cuCtxDestroy(ctx2), CUDA_SUCCESS);
+	CHECK("cuCtxDestroy twice", cuCtxDestroy(ctx2), CUDA_ERROR_INVALID_CONTEXT);
+
+	CUdeviceptr p = 0, p2 = 0, base = 0;
+	size_t sz = 0, pitch = 0;
+	CHECK("cuMemGetInfo", cuMemGetInfo(&fr, &tot), CUDA_SUCCESS);
+	TRUE("free <= total", fr <= tot && tot > 0);
+	CHECK("cuMemAlloc", cuMemAlloc(&p, 1 << 20), CUDA_SUCCESS);
+	CHECK("cuMemAlloc zero", cuMemAlloc(&p2, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK("cuMemAlloc too big", cuMemAlloc(&p2, tot + (1ull << 30)), CUDA_ERROR_OUT_OF_MEMORY);
+	size_t fr2 = 0;
+	CHECK("cuMemGetInfo after alloc", cuMemGetInfo(&fr2, &tot), CUDA_SUCCESS);
+	TRUE("free dropped by 1 MiB", fr - fr2 == (1 << 20));
+	CHECK("cuMemGetAddressRange", cuMemGetAddressRange(&base, &sz, p + 10), CUDA_SUCCESS);
+	TRUE("address range", base == p && sz == (1 << 20));
+	CHECK("cuMemAllocPitch", cuMemAllocPitch(&p2, &pitch, 1000, 10, 4), CUDA_SUCCESS);
+	TRUE("pitch aligned", pitch >= 1000 && pitch % 512 == 0);
+	CHECK("cuMemFree pitch", cuMemFree(p2), CUDA_SUCCESS);
+	CHECK("cuMemAllocManaged", cuMemAllocManaged(&p2, 4096, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+	CHECK("cuMemFree managed", cuMemFree(p2), CUDA_SUCCESS);
+	CHECK("cuMemFree unknown", cuMemFree(0xdead0000ull), CUDA_ERROR_INVALID_VALUE);
+	char host[4096];
+	CHECK("cuMemcpyHtoD", cuMemcpyHtoD(p, host, sizeof host), CUDA_SUCCESS);
+	CHECK("cuMemcpyDtoH", cuMemcpyDtoH(host, p, sizeof host), CUDA_SUCCESS);
+	CHECK("cuMemsetD32", cuMemsetD32(p, 7, 1024), CUDA_SUCCESS);
+	void *hp = NULL;
+	CHECK("cuMemAllocHost", cuMemAllocHost(&hp, 4096), CUDA_SUCCESS);
+	CHECK("cuMemFreeHost", cuMemFreeHost(hp), CUDA_SUCCESS);
+
+	CUstream s;
+	CHECK("cuStreamCreate", cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	CHECK("cuMemAllocAsync", cuMemAllocAsync(&p2, 8192, s), CUDA_SUCCESS);
+	CHECK("cuMemFreeAsync", cuMemFreeAsync(p2, s), CUDA_SUCCESS);
+	CUmemoryPool pool;
+	CHECK("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool(&pool, dev), CUDA_SUCCESS);
+	CHECK("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync(&p2, 8192, pool, s), CUDA_SUCCESS);
+	CHECK("cuMemFreeAsync pool", cuMemFreeAsync(p2, s), CUDA_SUCCESS);
+
+	CUmemAllocationProp prop;
+	memset(&prop, 0, sizeof prop);
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = dev;
+	size_t gran = 0;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	CHECK("cuMemGetAllocationGranularity", cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+	CHECK("cuMemCreate", cuMemCreate(&h, gran, &prop, 0), CUDA_SUCCESS);
+	CHECK("cuMemCreate unaligned", cuMemCreate(&h, gran + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK("cuMemAddressReserve", cuMemAddressReserve(&va, gran, 0, 0, 0), CUDA_SUCCESS);
+	CHECK("cuMemMap", cuMemMap(va, gran, 0, h, 0), CUDA_SUCCESS);
+	CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CHECK("cuMemSetAccess", cuMemSetAccess(va, gran, &acc, 1), CUDA_SUCCESS);
+	CHECK("cuMemUnmap", cuMemUnmap(va, gran), CUDA_SUCCESS);
+	CHECK("cuMemAddressFree", cuMemAddressFree(va, gran), CUDA_SUCCESS);
+	CHECK("cuMemRelease", cuMemRelease(h), CUDA_SUCCESS);
+
+	CUmodule mod;
+	CUfunction fn;
+	CHECK("cuModuleLoadData", cuModuleLoadData(&mod, module), CUDA_SUCCESS);
+	CHECK("cuModuleLoadData bad", cuModuleLoadData(&mod, "gpusim-module 1\nfunc k speed=1\n"), CUDA_ERROR_INVALID_IMAGE);
+	CHECK("cuModuleGetFunction", cuModuleGetFunction(&fn, mod, "k"), CUDA_SUCCESS);
+	CUfunction nf;
+	CHECK("cuModuleGetFunction missing", cuModuleGetFunction(&nf, mod, "nope"), CUDA_ERROR_NOT_FOUND);
+	CHECK("cuLaunchKernel", cuLaunchKernel(fn, 4, 1, 1, 128, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+	CHECK("cuLaunchKernel 2048 threads", cuLaunchKernel(fn, 1, 1, 1, 2048, 1, 1, 0, s, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+	CHECK("cuLaunchKernel null function", cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+	CUlaunchConfig cfg;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+	cfg.blockDimX = 64;
+	cfg.blockDimY = cfg.blockDimZ = 1;
+	cfg.hStream = s;
+	CHECK("cuLaunchKernelEx", cuLaunchKernelEx(&cfg, fn, NULL, NULL), CUDA_SUCCESS);
+	CHECK("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel(fn, 2, 1, 1, 64, 1, 1, 0, s, NULL), CUDA_SUCCESS);
+	CHECK("cuLaunchCooperativeKernel too large", cuLaunchCooperativeKernel(fn, 1u << 30, 1, 1, 64, 1, 1, 0, s, NULL), CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+	CUevent e1, e2;
+	float ms = 0;
+	CHECK("cuEventCreate", cuEventCreate(&e1, 0), CUDA_SUCCESS);
+	CHECK("cuEventCreate 2", cuEventCreate(&e2, 0), CUDA_SUCCESS);
+	CHECK("cuEventRecord", cuEventRecord(e1, s), CUDA_SUCCESS);
+	CHECK("cuLaunchKernel timed", cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+	CHECK("cuEventRecord 2", cuEventRecord(e2, s), CUDA_SUCCESS);
+	CHECK("cuEventSynchronize", cuEventSynchronize(e2), CUDA_SUCCESS);
+	CHECK("cuEventQuery", cuEventQuery(e2), CUDA_SUCCESS);
+	CHECK("cuEventElapsedTime", cuEventElapsedTime(&ms, e1, e2), CUDA_SUCCESS);
+	TRUE("elapsed about 0.1 ms", ms > 0.05f && ms < 50.0f);
+	CUstream s2;
+	CHECK("cuStreamCreate 2", cuStreamCreate(&s2, 0), CUDA_SUCCESS);
+	CHECK("cuStreamWaitEvent", cuStreamWaitEvent(s2, e2, 0), CUDA_SUCCESS);
+	CHECK("cuStreamSynchronize", cuStreamSynchronize(s), CUDA_SUCCESS);
+	CHECK("cuStreamQuery", cuStreamQuery(s), CUDA_SUCCESS);
+	CHECK("cuCtxSynchronize", cuCtxSynchronize(), CUDA_SUCCESS);
+
+	CUgraph g;
+	CUgraphExec ge;
+	CUstreamCaptureStatus cs;
+	CHECK("cuStreamBeginCapture", cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+	CHECK("cuStreamIsCapturing", cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
+	TRUE("capturing", cs == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+	CHECK("captured launch", cuLaunchKernel(fn, 8, 1, 1, 128, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+	CHECK("captured memset", cuMemsetD32Async(p, 0, 16, s), CUDA_SUCCESS);
+	CHECK("sync while capturing", cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+	CHECK("cuStreamEndCapture", cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+	CHECK("cuGraphInstantiate", cuGraphInstantiate(&ge, g, 0), CUDA_SUCCESS);
+	CHECK("cuGraphLaunch", cuGraphLaunch(ge, s), CUDA_SUCCESS);
+	CHECK("cuGraphLaunch again", cuGraphLaunch(ge, s), CUDA_SUCCESS);
+	CHECK("graph sync", cuStreamSynchronize(s), CUDA_SUCCESS);
+	CHECK("cuGraphExecDestroy", cuGraphExecDestroy(ge), CUDA_SUCCESS);
+	CHECK("cuGraphDestroy", cuGraphDestroy(g), CUDA_SUCCESS);
+
+	void *fp = NULL;
+	CUdriverProcAddressQueryResult qr;
+	CHECK("cuGetProcAddress cuMemAlloc", cuGetProcAddress("cuMemAlloc", &fp, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &qr), CUDA_SUCCESS);
+	TRUE("cuMemAlloc resolves to cuMemAlloc_v2", fp == (void *)cuMemAlloc);
+	CHECK("cuGetProcAddress ptsz", cuGetProcAddress("cuLaunchKernel", &fp, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &qr), CUDA_SUCCESS);
+	TRUE("per-thread launch is the _ptsz one", fp == (void *)cuLaunchKernel_ptsz);
+	CHECK("cuGetProcAddress unknown", cuGetProcAddress("cuNoSuchThing", &fp, 12000, 0, &qr), CUDA_ERROR_NOT_FOUND);
+	TRUE("unknown reports not found", qr == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	const char *es = NULL;
+	CHECK("cuGetErrorString", cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &es), CUDA_SUCCESS);
+	TRUE("error string", es != NULL && strcmp(es, "out of memory") == 0);
+	CHECK("cuGetErrorName unknown code", cuGetErrorName((CUresult)12345, &es), CUDA_ERROR_INVALID_VALUE);
+
+	CHECK("cuStreamDestroy", cuStreamDestroy(s2), CUDA_SUCCESS);
+	CHECK("cuStreamDestroy", cuStreamDestroy(s), CUDA_SUCCESS);
+	CHECK("cuEventDestroy", cuEventDestroy(e1), CUDA_SUCCESS);
+	CHECK("cuModuleUnload", cuModuleUnload(mod), CUDA_SUCCESS);
+	CHECK("cuMemFree", cuMemFree(p), CUDA_SUCCESS);
+	CHECK("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease(dev), CUDA_SUCCESS);
+	printf("failures %d\n", fails);
+	return fails;
+}
