@@ -32,6 +32,7 @@ var (
 	descTransitions = prometheus.NewDesc("muxflow_gpu_health_transitions_total", "Health state changes, by the state entered.", append(gpuLabels, "to"), nil)
 	descFaults      = prometheus.NewDesc("muxflow_gpu_faults_total", "GPU error events, by class.", append(gpuLabels, "class"), nil)
 	descSampleErrs  = prometheus.NewDesc("muxflow_gpu_sample_errors_total", "Metric reads that failed (not counting unsupported metrics).", append(gpuLabels, "metric"), nil)
+	descPollSeconds = prometheus.NewDesc("muxflow_monitor_poll_seconds", "Time the latest poll of all GPUs spent in NVML.", nil, nil)
 	descDropped     = prometheus.NewDesc("muxflow_monitor_dropped_notifications_total", "Events a slow subscriber did not receive.", nil, nil)
 )
 
@@ -40,7 +41,7 @@ type collector struct{ m *Monitor }
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUtil, descMemUtil, descSMActivity, descSMClock, descSMClockMax,
 		descMemUsed, descMemTotal, descTemp, descPower, descPowerLimit, descClockReason, descState, descAdmits,
-		descSamples, descTransitions, descFaults, descSampleErrs, descDropped} {
+		descSamples, descTransitions, descFaults, descSampleErrs, descPollSeconds, descDropped} {
 		ch <- d
 	}
 }
@@ -109,6 +110,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	faults := maps.Clone(c.m.counters.faults)
 	sampleErrors := maps.Clone(c.m.counters.sampleErrors)
 	dropped := c.m.counters.dropped
+	lastPoll := c.m.counters.lastPoll
 	c.m.mu.Unlock()
 
 	counter := func(d *prometheus.Desc, v uint64, uuid, extra string) {
@@ -124,6 +126,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSampleErrs, v, k[0], k[1])
 	}
 	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(dropped))
+	ch <- prometheus.MustNewConstMetric(descPollSeconds, prometheus.GaugeValue, lastPoll.Seconds())
 }
 
 func boolFloat(b bool) float64 {

@@ -124,6 +124,7 @@ type counters struct {
 	faults       map[[2]string]uint64 // {uuid, class}
 	sampleErrors map[[2]string]uint64 // {uuid, metric}
 	dropped      uint64               // notifications a slow subscriber missed
+	lastPoll     time.Duration        // NVML time of the latest Poll
 }
 
 // New discovers the GPUs of lib and returns a monitor for them. lib must
@@ -180,30 +181,44 @@ func (m *Monitor) Run(ctx context.Context) error {
 
 	t := m.clock.NewTicker(m.cfg.Period)
 	defer t.Stop()
-	m.Poll()
+	warned := false
+	poll := func() {
+		// The period is "100 ms or what NVML allows": when the driver is
+		// slower, ticks are dropped and the effective period stretches;
+		// say so once so the policy can be raised.
+		if d := m.Poll(); d > m.cfg.Period && !warned {
+			warned = true
+			m.log.Warn("sampling all GPUs takes longer than the period; samples will be further apart", "took", d, "period", m.cfg.Period)
+		}
+	}
+	poll()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
-			m.Poll()
+			poll()
 		}
 	}
 }
 
-// Poll samples every GPU once and steps its state machine. Run calls it
-// each period; tests and one-shot tools call it directly.
-func (m *Monitor) Poll() {
+// Poll samples every GPU once, steps its state machine, and returns how
+// long the NVML calls took (real time, whatever the monitor's clock). Run
+// calls it each period; tests and one-shot tools call it directly.
+func (m *Monitor) Poll() time.Duration {
 	m.pollMu.Lock()
 	defer m.pollMu.Unlock()
 	samples := make([]*Sample, len(m.gpus))
 	// NVML calls are made without the lock so that Snapshot never waits
 	// on a slow driver.
+	start := time.Now()
 	for i, g := range m.gpus {
 		samples[i] = m.sampler.sample(g, m.clock.Now())
 	}
+	took := time.Since(start)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.counters.lastPoll = took
 	for i, s := range samples {
 		st := &m.status[i]
 		st.samples++
@@ -219,6 +234,7 @@ func (m *Monitor) Poll() {
 		}
 		m.stepLocked(i, in)
 	}
+	return took
 }
 
 // Faults apply to the GPU at once rather than waiting for the next sample:

@@ -1,10 +1,12 @@
 package monitor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -440,5 +442,31 @@ func TestUnreadableGPUIsLeftOut(t *testing.T) {
 	snap := m.Snapshot()
 	if len(snap) != 2 || snap[0].Index != 0 || snap[1].Index != 2 {
 		t.Errorf("snapshot indexes %+v, want GPUs 0 and 2", snap)
+	}
+}
+
+func TestSlowPollWarns(t *testing.T) {
+	fn := newFakeNode(t, 1)
+	d := fn.srv.Devices[0].(*server.Device)
+	inner := d.GetUtilizationRatesFunc
+	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+		time.Sleep(30 * time.Millisecond) // a driver slower than the period
+		return inner()
+	}
+	cfg := DefaultConfig()
+	cfg.Period = 10 * time.Millisecond
+	var logs bytes.Buffer
+	m, err := New(fn.srv, cfg, newFakeClock(), slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Run still takes its first sample before it looks at ctx
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "takes longer than the period") {
+		t.Errorf("no slow-poll warning in logs:\n%s", logs.String())
 	}
 }

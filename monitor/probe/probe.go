@@ -113,9 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer tick.Stop()
 	nextPrint := start
 	for ctx.Err() == nil {
-		t := time.Now()
-		m.Poll()
-		st.pollCost = append(st.pollCost, time.Since(t))
+		st.pollCost = append(st.pollCost, m.Poll())
 		st.add(m.Snapshot())
 		st.listened = st.listened || m.ListeningForEvents()
 		drainEvents(stdout, events)
