@@ -38,8 +38,25 @@ type Supervisor struct {
 
 	restarts atomic.Int64
 	healthy  atomic.Bool
+	restart  chan string
+	once     sync.Once
 	mu       sync.Mutex
 	pid      int
+}
+
+func (s *Supervisor) requests() chan string {
+	s.once.Do(func() { s.restart = make(chan string, 1) })
+	return s.restart
+}
+
+// Restart asks for the control daemon, and with it every MPS server, to be stopped and
+// started again (the error handler does this for a faulted GPU once its offline clients
+// are gone). It returns at once; the restart happens in Run.
+func (s *Supervisor) Restart(reason string) {
+	select {
+	case s.requests() <- reason:
+	default: // a restart is already pending
+	}
 }
 
 // Restarts counts restarts since the supervisor began (the first start is not one).
@@ -164,6 +181,16 @@ func (s *Supervisor) watch(ctx context.Context, exited chan error, period time.D
 		select {
 		case <-ctx.Done():
 			return "muxd stopping"
+		case reason := <-s.requests():
+			s.healthy.Store(false)
+			if exited == nil {
+				// An adopted daemon is not our child: ask it to quit; the probes
+				// will see it gone.
+				qctx, cancel := context.WithTimeout(ctx, time.Second)
+				_ = s.Control.Quit(qctx)
+				cancel()
+			}
+			return "restart requested: " + reason
 		case err := <-exited:
 			exited <- err
 			s.healthy.Store(false)

@@ -76,6 +76,11 @@ func TestSupervisorRestartsDeadAndHungDaemons(t *testing.T) {
 	os.Remove(filepath.Join(c.PipeDir, "hang"))
 	eventually(t, "restart after hang", 5*time.Second, func() bool { return s.Restarts() == 2 && s.Healthy() })
 
+	// A restart asked for by the error handler.
+	before := daemonPID(t, c)
+	s.Restart("GPU faulted")
+	eventually(t, "requested restart", 5*time.Second, func() bool { return s.Restarts() == 3 && s.Healthy() && daemonPID(t, c) != before })
+
 	last := daemonPID(t, c)
 	cancel()
 	if err := <-done; err != nil {

@@ -1,0 +1,390 @@
+// Package guard is muxd's GPU-level control loop. Each period it reads every GPU's health
+// and sample from the monitor, finds which registered containers use the GPU, asks the
+// allocator for the offline share, and writes it into the offline containers' control
+// blocks (libxcuda enforces it at the next launch). When a GPU turns Unhealthy it evicts
+// the GPU's offline work; when it is Faulted it runs the node side of the mixed error
+// handling: evict offline work, restart the MPS server, then tell the monitor the GPU was
+// reset. It also decides whether a GPU admits new offline work.
+package guard
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/monitor"
+	"github.com/muxflow/muxflow/muxd/alloc"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/evict"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// Monitor is the part of monitor.Monitor the guard uses.
+type Monitor interface {
+	Snapshot() []monitor.GPUStatus
+	ClearFault(uuid string) error
+}
+
+// Containers lists registered containers.
+type Containers interface {
+	List() []api.Container
+}
+
+// Blocks gives the open control block of a container (nil if it has none).
+type Blocks interface {
+	Block(id string) *ctlblock.Block
+}
+
+// MPS restarts the node's MPS servers (the control daemon and, with it, every server).
+type MPS interface {
+	Restart(reason string)
+}
+
+// Guard is the loop. Fields are set once before Run.
+type Guard struct {
+	Monitor    Monitor
+	Containers Containers
+	Blocks     Blocks
+	Evictor    *evict.Evictor
+	MPS        MPS // nil when MPS is disabled
+	Policy     func() *policy.Policy
+	Log        *slog.Logger
+	// Owner maps a GPU process to the registered container it belongs to; the real one
+	// follows /proc parent links to the container's init pid.
+	Owner func(pid int, inits map[int]string) (string, bool)
+
+	mu        sync.Mutex
+	allocs    map[string]*alloc.GPU
+	allocCfg  alloc.Config
+	lastState map[string]monitor.State
+	launches  map[string]uint64 // container id -> launches at the previous step
+	lastStep  time.Time
+	decisions map[string]alloc.Decision
+	handling  map[string]bool // GPUs with an eviction or fault handling under way
+}
+
+// Status is the guard's view of one GPU, for the API.
+type Status struct {
+	UUID         string  `json:"uuid"`
+	OfflineShare float64 `json:"offline_share"`
+	OnlineDemand float64 `json:"online_demand"`
+	Burst        bool    `json:"burst,omitempty"`
+}
+
+// AllocConfig maps the policy onto the allocator's configuration.
+func AllocConfig(p *policy.Policy, dayLength time.Duration) alloc.Config {
+	return alloc.Config{
+		Mode:        alloc.Mode(p.Alloc.Mode),
+		Headroom:    p.Alloc.Headroom.Fraction(),
+		StaticShare: p.Alloc.StaticShare.Fraction(),
+		GiveBack:    p.Alloc.GiveBack.Fraction(),
+		OfflineMin:  p.Classes.Offline.SMMin.Fraction(),
+		OfflineMax:  p.Classes.Offline.SMMax.Fraction(),
+		DayLength:   dayLength,
+	}
+}
+
+// Run steps the loop every alloc.period until ctx is done.
+func (g *Guard) Run(ctx context.Context) error {
+	for {
+		period := g.Policy().Alloc.Period.D()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(period):
+		}
+		g.Step(ctx, time.Now())
+	}
+}
+
+type gpuView struct {
+	status  monitor.GPUStatus
+	online  []api.Container
+	offline []api.Container
+}
+
+// Step runs one period of the loop.
+func (g *Guard) Step(ctx context.Context, now time.Time) {
+	p := g.Policy()
+	g.mu.Lock()
+	if g.allocs == nil {
+		g.allocs, g.lastState, g.launches = map[string]*alloc.GPU{}, map[string]monitor.State{}, map[string]uint64{}
+		g.decisions, g.handling = map[string]alloc.Decision{}, map[string]bool{}
+	}
+	cfg := AllocConfig(p, g.allocCfg.DayLength)
+	if cfg != g.allocCfg {
+		// A policy reload: restart the allocators with the new settings (shares will
+		// ramp up from their cut values as usual).
+		g.allocCfg, g.allocs = cfg, map[string]*alloc.GPU{}
+	}
+	dt := now.Sub(g.lastStep).Seconds()
+	g.lastStep = now
+	g.mu.Unlock()
+
+	gpus := g.Monitor.Snapshot()
+	views := make([]gpuView, len(gpus))
+	for i, s := range gpus {
+		views[i].status = s
+	}
+	containers := g.Containers.List()
+	for _, c := range containers {
+		if c.State != api.StateRunning {
+			continue
+		}
+		for _, i := range gpuIndexes(c.GPUs, gpus) {
+			if c.Class == api.Online {
+				views[i].online = append(views[i].online, c)
+			} else {
+				views[i].offline = append(views[i].offline, c)
+			}
+		}
+	}
+	// Launch rates of online containers since the last step (libxcuda's counters).
+	rates := map[string]float64{}
+	g.mu.Lock()
+	for _, c := range containers {
+		b := g.Blocks.Block(c.ID)
+		if b == nil {
+			continue
+		}
+		n := b.Usage().Launches
+		if prev, ok := g.launches[c.ID]; ok && dt > 0 && n >= prev {
+			rates[c.ID] = float64(n-prev) / dt
+		}
+		g.launches[c.ID] = n
+	}
+	g.mu.Unlock()
+
+	shares := map[string]float64{} // offline container -> share (min over its GPUs)
+	paused := map[string]bool{}
+	for _, v := range views {
+		uuid := v.status.UUID
+		health := healthOf(v.status.State)
+		in := alloc.Input{Now: now, Online: len(v.online) > 0, Health: health}
+		if in.Online {
+			in.OnlineUtil = g.onlineUtil(v)
+			for _, c := range v.online {
+				in.OnlineLaunchRate += rates[c.ID]
+			}
+		}
+		g.mu.Lock()
+		a := g.allocs[uuid]
+		if a == nil {
+			a = alloc.New(g.allocCfg)
+			g.allocs[uuid] = a
+		}
+		d := a.Step(in)
+		g.decisions[uuid] = d
+		prev := g.lastState[uuid]
+		g.lastState[uuid] = v.status.State
+		g.mu.Unlock()
+
+		weights := make([]float64, len(v.offline))
+		for i := range v.offline {
+			weights[i] = float64(p.Classes.Offline.Priority) + 1
+		}
+		for i, s := range alloc.Split(d.Share, weights) {
+			id := v.offline[i].ID
+			if old, ok := shares[id]; !ok || s < old {
+				shares[id] = s
+			}
+			if health == alloc.Stop {
+				paused[id] = true
+			}
+		}
+		if prev != v.status.State {
+			g.onTransition(ctx, v, prev, p)
+		}
+	}
+	for id, s := range shares {
+		g.apply(id, s, paused[id])
+	}
+}
+
+// onTransition runs the actions a new health state calls for.
+func (g *Guard) onTransition(ctx context.Context, v gpuView, prev monitor.State, p *policy.Policy) {
+	uuid := v.status.UUID
+	switch v.status.State {
+	case monitor.Unhealthy:
+		g.evictAsync(ctx, v, "GPU unhealthy: "+v.status.Reason.Text, p, false)
+	case monitor.Faulted:
+		var online []string
+		for _, c := range v.online {
+			online = append(online, c.ID)
+		}
+		g.Log.Error("GPU faulted: running error handling", "gpu", uuid, "reason", v.status.Reason.Text, "online_containers", online)
+		g.evictAsync(ctx, v, "GPU faulted: "+v.status.Reason.Text, p, true)
+	default:
+		if prev != "" {
+			g.Log.Info("GPU state", "gpu", uuid, "from", prev, "to", v.status.State)
+		}
+	}
+}
+
+func (g *Guard) evictAsync(ctx context.Context, v gpuView, reason string, p *policy.Policy, fault bool) {
+	uuid := v.status.UUID
+	g.mu.Lock()
+	if g.handling[uuid] {
+		g.mu.Unlock()
+		return
+	}
+	g.handling[uuid] = true
+	g.mu.Unlock()
+	var targets []evict.Target
+	for _, c := range v.offline {
+		targets = append(targets, evict.Target{ID: c.ID, Namespace: c.Namespace, PID: c.PID, Pod: c.Pod})
+	}
+	grace := p.Evict.Grace.D()
+	restart := fault && p.Errors.RestartMPS
+	go func() {
+		defer func() {
+			g.mu.Lock()
+			delete(g.handling, uuid)
+			g.mu.Unlock()
+		}()
+		if err := g.Evictor.Evict(ctx, uuid, reason, grace, targets); err != nil {
+			g.Log.Error("eviction incomplete", "gpu", uuid, "err", err)
+		}
+		if !fault {
+			return
+		}
+		if restart && g.MPS != nil {
+			g.MPS.Restart("GPU " + uuid + " faulted")
+		}
+		if err := g.Monitor.ClearFault(uuid); err != nil {
+			g.Log.Error("cannot clear the GPU's fault", "gpu", uuid, "err", err)
+		}
+	}()
+}
+
+// apply writes a new share into an offline container's control block, keeping every
+// other limit as it is.
+func (g *Guard) apply(id string, share float64, paused bool) {
+	b := g.Blocks.Block(id)
+	if b == nil {
+		return
+	}
+	l := b.Limits()
+	bp := uint32(math.Round(share * ctlblock.ShareFull))
+	if l.ShareBP == bp && l.Paused == paused {
+		return
+	}
+	l.ShareBP, l.Paused = bp, paused
+	if err := b.SetLimits(l); err != nil {
+		g.Log.Error("cannot set offline share", "id", id, "err", err)
+	}
+}
+
+// onlineUtil is the share of time online kernels ran on the GPU: the per-process
+// utilisation of the online containers' processes when NVML reports it, else the GPU's
+// utilisation (which also counts offline kernels: a conservative estimate).
+func (g *Guard) onlineUtil(v gpuView) float64 {
+	s := v.status.Sample
+	if s == nil {
+		return 1 // no sample yet: assume the worst
+	}
+	inits := map[int]string{}
+	for _, c := range v.online {
+		inits[c.PID] = c.ID
+	}
+	var sum float64
+	seen := false
+	for _, ps := range s.Processes {
+		if ps.SMUtilPercent == nil {
+			continue
+		}
+		seen = true
+		if _, ok := g.Owner(int(ps.PID), inits); ok {
+			sum += float64(*ps.SMUtilPercent) / 100
+		}
+	}
+	if !seen {
+		if s.GPUUtilPercent != nil {
+			return float64(*s.GPUUtilPercent) / 100
+		}
+		return 1
+	}
+	return math.Min(sum, 1)
+}
+
+// Statuses returns the allocator's latest decision per GPU.
+func (g *Guard) Statuses() []Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Status
+	for uuid, d := range g.decisions {
+		out = append(out, Status{UUID: uuid, OfflineShare: d.Share, OnlineDemand: d.Demand, Burst: d.Burst})
+	}
+	slices.SortFunc(out, func(a, b Status) int {
+		if a.UUID < b.UUID {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// Admit decides whether an offline container may start on these GPUs now.
+func (g *Guard) Admit(gpus []string) error {
+	snap := g.Monitor.Snapshot()
+	backoff := g.Policy().Evict.Backoff.D()
+	for _, i := range gpuIndexes(gpus, snap) {
+		s := snap[i]
+		if !s.State.AdmitsOffline() {
+			return fmt.Errorf("GPU %d (%s) takes no offline work while %s: %s", s.Index, s.UUID, s.State, s.Reason.Text)
+		}
+		if g.Evictor != nil && !g.Evictor.Admits(s.UUID, backoff) {
+			return fmt.Errorf("GPU %d (%s) evicted offline work less than %v ago", s.Index, s.UUID, backoff)
+		}
+	}
+	return nil
+}
+
+func healthOf(s monitor.State) alloc.Health {
+	switch s {
+	case monitor.Healthy:
+		return alloc.Run
+	case monitor.Throttled:
+		return alloc.Floor
+	}
+	return alloc.Stop
+}
+
+// gpuIndexes resolves a container's GPU list (indexes, UUIDs or "all") to positions in
+// the monitor's snapshot; unknown entries are ignored.
+func gpuIndexes(list []string, gpus []monitor.GPUStatus) []int {
+	var out []int
+	add := func(i int) {
+		if !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+	}
+	for _, s := range list {
+		if s == "all" {
+			for i := range gpus {
+				add(i)
+			}
+			continue
+		}
+		if n, err := strconv.Atoi(s); err == nil {
+			for i, gs := range gpus {
+				if gs.Index == n {
+					add(i)
+				}
+			}
+			continue
+		}
+		for i, gs := range gpus {
+			if gs.UUID == s {
+				add(i)
+			}
+		}
+	}
+	return out
+}
