@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/tests/testenv"
+)
+
+// node is one test node: a policy in a temp dir, muxd, the built wrapper and hook.
+type node struct {
+	dir     string
+	policy  string
+	socket  string
+	runtime string // build/bin/muxflow-runtime
+	muxdBin string
+	muxd    *exec.Cmd
+	muxdLog *bytes.Buffer
+	client  *client.Client
+}
+
+// lookTool finds a system tool the tests need, failing (not skipping) without it.
+func lookTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not installed; run tests/deps.sh as root (it installs containerd, runc, busybox-static)", name)
+	}
+	return p
+}
+
+func newNode(t testing.TB, runtimeName string) *node {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("these tests run containers and need root (CI runs as root)")
+	}
+	n := &node{
+		runtime: testenv.Artifact(t, "bin/muxflow-runtime"),
+		muxdBin: testenv.Artifact(t, "bin/muxd"),
+	}
+	testenv.Artifact(t, "bin/muxflow-hook")
+	// A short directory: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "mfe2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	n.dir = dir
+	n.socket = filepath.Join(dir, "run", "muxd.sock")
+	// busybox-static is a static binary, so the dynamic loader never reads libxcuda: a
+	// placeholder file proves the mount without depending on libxcuda's build.
+	lib := filepath.Join(dir, "libxcuda.so")
+	must(t, os.WriteFile(lib, []byte("placeholder for the mount test\n"), 0o644))
+	n.policy = filepath.Join(dir, "policy.toml")
+	must(t, os.WriteFile(n.policy, []byte(fmt.Sprintf(`[node]
+state_dir = %q
+run_dir = %q
+socket = %q
+[mps]
+enabled = false
+pipe_dir = %q
+log_dir = %q
+[hook]
+runtime = %q
+libxcuda = %q
+`, dir+"/state", dir+"/run", n.socket, dir+"/mps", dir+"/mpslog", runtimeName, lib)), 0o644))
+	must(t, os.MkdirAll(dir+"/mps", 0o755))
+	n.client = client.New(n.socket, 2*time.Second)
+	n.startMuxd(t)
+	t.Cleanup(func() { n.stopMuxd(t) })
+	return n
+}
+
+func (n *node) startMuxd(t testing.TB) {
+	t.Helper()
+	n.muxdLog = &bytes.Buffer{}
+	n.muxd = exec.Command(n.muxdBin, "--policy", n.policy)
+	n.muxd.Stdout, n.muxd.Stderr = n.muxdLog, n.muxdLog
+	must(t, n.muxd.Start())
+	waitFor(t, 10*time.Second, "muxd to listen on "+n.socket, func() bool {
+		c, err := net.Dial("unix", n.socket)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+func (n *node) stopMuxd(t testing.TB) {
+	t.Helper()
+	if n.muxd == nil {
+		return
+	}
+	n.muxd.Process.Signal(os.Interrupt)
+	n.muxd.Wait()
+	n.muxd = nil
+	if t.Failed() {
+		t.Logf("muxd log:\n%s", n.muxdLog)
+	}
+}
+
+// busyboxRootfs builds a root filesystem holding only Debian's static busybox.
+func busyboxRootfs(t testing.TB, dir string) string {
+	t.Helper()
+	bb := lookTool(t, "busybox")
+	root := filepath.Join(dir, "rootfs")
+	must(t, os.MkdirAll(filepath.Join(root, "bin"), 0o755))
+	data, err := os.ReadFile(bb)
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755))
+	for _, applet := range []string{"sh", "cat", "ls", "env", "sleep", "echo", "grep", "test", "true", "mount"} {
+		must(t, os.Symlink("busybox", filepath.Join(root, "bin", applet)))
+	}
+	for _, d := range []string{"etc", "proc", "sys", "dev", "run", "tmp"} {
+		must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	return root
+}
+
+func waitFor(t testing.TB, limit time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeSpec writes a runc bundle config for args in rootfs, with extra env and annotations.
+func writeSpec(t testing.TB, bundle, rootfs string, args, env []string, ann map[string]string) []byte {
+	t.Helper()
+	out, err := exec.Command(lookTool(t, "runc"), "spec", "--bundle", bundle).CombinedOutput()
+	if err != nil {
+		t.Fatalf("runc spec: %v\n%s", err, out)
+	}
+	path := filepath.Join(bundle, "config.json")
+	raw, err := os.ReadFile(path)
+	must(t, err)
+	var s map[string]any
+	must(t, json.Unmarshal(raw, &s))
+	proc := s["process"].(map[string]any)
+	proc["terminal"] = false
+	proc["args"] = args
+	proc["env"] = append([]any{"PATH=/bin"}, anys(env)...)
+	s["root"] = map[string]any{"path": rootfs, "readonly": false}
+	if ann != nil {
+		s["annotations"] = ann
+	}
+	mounts := s["mounts"].([]any)
+	s["mounts"] = append(mounts, map[string]any{"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "nodev", "mode=755"}})
+	raw, err = json.MarshalIndent(s, "", "\t")
+	must(t, err)
+	must(t, os.WriteFile(path, raw, 0o644))
+	return raw
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func runCmd(ctx context.Context, name string, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return strings.TrimSpace(out.String()), err
+}
