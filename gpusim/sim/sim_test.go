@@ -62,20 +62,30 @@ func (p *proc) sync(t *testing.T) Result {
 	return ErrUnknown
 }
 
-// run launches n kernels of fn with the given grid and returns the wall time
-// until they are done.
+// run launches n kernels of fn with the given grid and returns how long
+// they took in model time (between events recorded around them), which does
+// not depend on how fast this machine delivers notifications.
 func (p *proc) run(t *testing.T, fn uint32, grid uint32, n int) time.Duration {
-	start := time.Now()
+	p.c.CreateEvent(1, 900)
+	p.c.CreateEvent(1, 901)
+	p.c.RecordEvent(900, p.st)
 	for i := 0; i < n; i++ {
 		if r := p.c.Launch(p.st, fn, [3]uint32{grid, 1, 1}, [3]uint32{256, 1, 1}); r != Success {
 			t.Errorf("launch: %v", r)
 			return 0
 		}
 	}
+	p.c.RecordEvent(901, p.st)
 	if r := p.sync(t); r != Success {
 		t.Errorf("sync: %v", r)
 	}
-	return time.Since(start)
+	ms, r := p.c.ElapsedMs(900, 901)
+	if r != Success {
+		t.Errorf("elapsed: %v", r)
+	}
+	p.c.DestroyEvent(900)
+	p.c.DestroyEvent(901)
+	return time.Duration(float64(ms) * 1e6)
 }
 
 func near(got, want time.Duration, tol float64) bool {

@@ -103,6 +103,18 @@ func (p *proc) wait(t *testing.T) (map[string]any, int) {
 	return m, code
 }
 
+// waitLaunches waits until p has launched kernels.
+func waitLaunches(t *testing.T, d *simclient.Daemon, p *proc) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if ps, ok, _ := d.Process(context.Background(), 0, p.cmd.Process.Pid); ok && ps.Launches > 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never launched a kernel; stderr: %s", p.cmd.Path, p.err)
+}
+
 func run(t *testing.T, d *simclient.Daemon, env []string, bin string, args ...string) (map[string]any, int) {
 	t.Helper()
 	return spawn(t, d, env, bin, args...).wait(t)
@@ -248,7 +260,7 @@ func TestDirtyExitFaultsMPSNeighbours(t *testing.T) {
 			}
 			online := spawn(t, d, nil, a.Infer, "--rate", "constant:100", "--duration", "1.5", "--io-bytes", "0")
 			offline := spawn(t, d, nil, a.Train, append([]string{"--duration", "30"}, bigTrain...)...)
-			time.Sleep(500 * time.Millisecond)
+			waitLaunches(t, d, offline)
 			_ = offline.cmd.Process.Signal(syscall.SIGKILL) // dies with kernels in flight
 			_ = offline.cmd.Wait()
 			m, code := online.wait(t)
@@ -276,7 +288,7 @@ func TestInjectedFaultAndHang(t *testing.T) {
 	a := d.Artifacts
 	ctx := context.Background()
 	tr := spawn(t, d, nil, a.Train, append([]string{"--duration", "30"}, bigTrain...)...)
-	time.Sleep(300 * time.Millisecond)
+	waitLaunches(t, d, tr)
 	if err := d.SetHung(ctx, 0, true); err != nil {
 		t.Fatal(err)
 	}
@@ -327,8 +339,10 @@ func TestStatsAgreeWithWhatRan(t *testing.T) {
 		t.Errorf("SM activity while busy %.2f, want 1.0 for GPU-filling kernels", act)
 	}
 	// small kernels: NVML utilisation counts the time, DCGM SM activity the SMs
-	p := spawn(t, d, nil, a.Train, "--duration", "1.2", "--kernels", "4", "--big-share", "0", "--small-grid", "264", "--kernel-us", "1000", "--mem", "256M")
-	time.Sleep(1000 * time.Millisecond)
+	p := spawn(t, d, nil, a.Train, "--duration", "2.5", "--kernels", "4", "--big-share", "0", "--small-grid", "264", "--kernel-us", "1000", "--mem", "256M")
+	// wait until it runs, then let a whole window pass
+	waitLaunches(t, d, p)
+	time.Sleep(700 * time.Millisecond)
 	st, err = d.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -346,11 +360,17 @@ func TestStatsAgreeWithWhatRan(t *testing.T) {
 	if ps.MemUsed != 256<<20 || st[0].MemUsed < 256<<20 {
 		t.Errorf("memory: process %d, device %d; want 256MiB", ps.MemUsed, st[0].MemUsed)
 	}
-	if st[0].Util < 80 || ps.Util < 80 {
-		t.Errorf("NVML utilisation device %.0f%% process %.0f%%, want near 100%%", st[0].Util, ps.Util)
+	// each kernel ran alone for 1ms: the process's busy time is its launches,
+	// less the (at most 4) of the current step not finished yet
+	if got, want := ps.BusyNs/1e6, float64(ps.Launches); got > want+0.01 || got < want-4.01 {
+		t.Errorf("process busy %.2fms after %d one-millisecond kernels", got, ps.Launches)
 	}
-	if want := 33.0 / 132; math.Abs(st[0].SMActivity-want) > 0.08 {
-		t.Errorf("SM activity %.2f, want about %.2f (33 of 132 SMs)", st[0].SMActivity, want)
+	if st[0].Util < 30 || math.Abs(st[0].Util-ps.Util) > 1 {
+		t.Errorf("NVML utilisation device %.0f%% process %.0f%%, want equal and well above 0", st[0].Util, ps.Util)
+	}
+	// SM activity is utilisation scaled by the share of SMs the kernels held
+	if want := 33.0 / 132; math.Abs(st[0].SMActivity/(st[0].Util/100)-want) > 0.02 {
+		t.Errorf("SM activity %.3f at %.0f%% utilisation, want %.2f of it (33 of 132 SMs)", st[0].SMActivity, st[0].Util, want)
 	}
 }
 
