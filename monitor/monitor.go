@@ -116,6 +116,8 @@ type gpuState struct {
 	samples   uint64
 	sample    *Sample
 	lastFault *Fault
+	// lostReported: the current loss of the GPU already made a fault event.
+	lostReported bool
 }
 
 // counters feed the Prometheus collector.
@@ -227,11 +229,13 @@ func (m *Monitor) Poll() time.Duration {
 			m.counters.sampleErrors[[2]string{m.gpus[i].uuid, metric}]++
 		}
 		in := Input{Time: s.Time, Sample: s}
-		if s.Lost && (st.lastFault == nil || st.lastFault.Kind != FaultGPULost || st.machine.State() != Faulted) {
+		// A loss is one fault however many samples it lasts.
+		if s.Lost && !st.lostReported {
 			f := Fault{Time: s.Time, Kind: FaultGPULost, Class: FaultReset, Description: "NVML reports the GPU is lost or needs a reset"}
 			in.Faults = []Fault{f}
 			m.recordFaultLocked(i, f)
 		}
+		st.lostReported = s.Lost
 		m.stepLocked(i, in)
 	}
 	return took

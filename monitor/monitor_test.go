@@ -204,7 +204,10 @@ func TestGPULostFaultsOnceAndRecovers(t *testing.T) {
 	fn.gpus[1].set(func(f *fakeGPU) {
 		f.fail = map[string]nvml.Return{MetricUtilization: nvml.ERROR_GPU_IS_LOST, MetricMemory: nvml.ERROR_GPU_IS_LOST}
 	})
-	for range 20 {
+	for i := range 20 {
+		if i == 10 { // an unrelated event in the middle must not split the loss
+			m.handleEvent(nvml.EventData{Device: fn.srv.Devices[1], EventType: nvml.EventTypeXidCriticalError, EventData: 63})
+		}
 		clk.advance(period)
 		m.Poll()
 	}
@@ -212,20 +215,22 @@ func TestGPULostFaultsOnceAndRecovers(t *testing.T) {
 	if snap[0].State != Healthy {
 		t.Errorf("GPU 0 state %s, want healthy", snap[0].State)
 	}
-	if s := snap[1]; s.State != Faulted || !s.Sample.Lost || s.Sample.TemperatureC != nil || s.LastFault == nil || s.LastFault.Kind != FaultGPULost {
-		t.Errorf("GPU 1 = %+v, want faulted, lost, no stale metrics, last fault gpu_lost", s)
+	if s := snap[1]; s.State != Faulted || !s.Sample.Lost || s.Sample.TemperatureC != nil || s.LastFault == nil || s.LastFault.Xid != 63 {
+		t.Errorf("GPU 1 = %+v, want faulted, lost, no stale metrics, last fault the Xid 63", s)
 	}
 	var faults, transitions int
 	for _, e := range m.Events(time.Time{}) {
 		switch e.Kind {
 		case EventFault:
-			faults++
+			if e.Fault.Kind == FaultGPULost {
+				faults++
+			}
 		case EventTransition:
 			transitions++
 		}
 	}
 	if faults != 1 || transitions != 1 {
-		t.Errorf("%d fault and %d transition events, want 1 each for one loss", faults, transitions)
+		t.Errorf("%d gpu_lost fault and %d transition events, want 1 each for one loss", faults, transitions)
 	}
 
 	fn.gpus[1].set(func(f *fakeGPU) { f.fail = nil })
