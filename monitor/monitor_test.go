@@ -475,3 +475,17 @@ func TestSlowPollWarns(t *testing.T) {
 		t.Errorf("no slow-poll warning in logs:\n%s", logs.String())
 	}
 }
+
+func TestProcessUtilizationRaceIsNotAnError(t *testing.T) {
+	fn := newFakeNode(t, 1)
+	fn.gpus[0].set(func(f *fakeGPU) {
+		f.procs = []nvml.ProcessInfo{{Pid: 7, UsedGpuMemory: 1 << 20}}
+		f.fail = map[string]nvml.Return{MetricProcessUtil: nvml.ERROR_INSUFFICIENT_SIZE}
+	})
+	m, _ := newTestMonitor(t, fn.srv, DefaultConfig())
+	m.Poll()
+	s := m.Snapshot()[0].Sample
+	if len(s.Errors) != 0 || len(s.Processes) != 1 || s.Processes[0].SMUtilPercent != nil {
+		t.Errorf("sample = %+v, want no error and process 7 without utilisation", s)
+	}
+}

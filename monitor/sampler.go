@@ -335,7 +335,14 @@ func (sm *sampler) sampleProcesses(g *gpu, r *reading) {
 	var utils []nvml.ProcessUtilizationSample
 	ok := r.call(MetricProcessUtil, func() (ret nvml.Return) {
 		utils, ret = g.handle.GetProcessUtilization(g.procLastSeen)
-		if ret == nvml.ERROR_NOT_FOUND { // no new samples since procLastSeen
+		switch ret {
+		case nvml.ERROR_NOT_FOUND: // no new samples since procLastSeen
+			utils, ret = nil, nvml.SUCCESS
+		case nvml.ERROR_INSUFFICIENT_SIZE:
+			// go-nvml sizes the buffer in one call and fills it in a
+			// second; samples arriving in between (or none at all) end
+			// here. Nothing is lost: procLastSeen stays, so the next poll
+			// gets them.
 			utils, ret = nil, nvml.SUCCESS
 		}
 		return
