@@ -121,6 +121,27 @@ func DefaultConfig() Config {
 	}
 }
 
+// Default hysteresis margins between an entry threshold and its clear
+// threshold: wide enough to outlast sensor noise and the boost-clock
+// jitter (a few °C, a few percent), narrow enough that a GPU does not stay
+// Throttled long after the cause has gone.
+const (
+	TempClearMarginC        = 3
+	MemClearMarginPercent   = 3
+	ClockClearMarginPercent = 5
+	PowerClearMarginPercent = 5
+)
+
+// SetClearMargins places every clear threshold at its default margin on the
+// safe side of its soft threshold. A policy that only names entry
+// thresholds (soft/hard) maps them onto Config and then calls this.
+func (c *Config) SetClearMargins() {
+	c.TempClearC = max(0, c.TempSoftC-TempClearMarginC)
+	c.MemClearPercent = max(0, c.MemSoftPercent-MemClearMarginPercent)
+	c.ClockClearPercent = min(100, c.ClockSoftPercent+ClockClearMarginPercent)
+	c.PowerClearPercent = max(0, c.PowerSoftPercent-PowerClearMarginPercent)
+}
+
 // minPeriod is the shortest period accepted: below it NVML calls on a busy
 // 8-GPU node would take most of the period.
 const minPeriod = 10 * time.Millisecond

@@ -60,3 +60,21 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestSetClearMargins(t *testing.T) {
+	c := DefaultConfig()
+	c.TempSoftC, c.MemSoftPercent, c.ClockSoftPercent, c.PowerSoftPercent = 85, 90, 97, 98
+	c.TempHardC = 92
+	c.SetClearMargins()
+	if c.TempClearC != 82 || c.MemClearPercent != 87 || c.ClockClearPercent != 100 || c.PowerClearPercent != 93 {
+		t.Errorf("clear thresholds %v/%v/%v/%v, want 82/87/100/93", c.TempClearC, c.MemClearPercent, c.ClockClearPercent, c.PowerClearPercent)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("config with margins invalid: %v", err)
+	}
+	d := DefaultConfig()
+	d.SetClearMargins()
+	if d != DefaultConfig() {
+		t.Errorf("default clear thresholds are not the default margins: %+v", d)
+	}
+}
