@@ -129,8 +129,6 @@ type Alloc struct {
 
 // Errors configures the mixed error handler.
 type Errors struct {
-	// FatalXids are the Xid codes that fault a GPU (error handling runs).
-	FatalXids []int `toml:"fatal_xids"`
 	// RestartMPS restarts the MPS server of a faulted GPU once its clients are gone.
 	RestartMPS bool `toml:"restart_mps"`
 }
@@ -248,11 +246,6 @@ func (p *Policy) Validate() error {
 	}
 	if p.Alloc.GiveBack <= 0 {
 		add("alloc.give_back", "must be above 0%%")
-	}
-	for _, x := range p.Errors.FatalXids {
-		if x <= 0 || x > 1000 {
-			add("errors.fatal_xids", "xid %d is outside 1..1000", x)
-		}
 	}
 	if p.Evict.Grace.D() > 10*60e9 {
 		add("evict.grace", "must be at most 10m, got %v", p.Evict.Grace.D())

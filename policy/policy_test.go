@@ -67,7 +67,7 @@ func TestParseErrors(t *testing.T) {
 		{"enum", "[alloc]\nmode = \"greedy\"\n", []string{"line 2", "alloc.mode", `"greedy"`}},
 		{"class default", "[classify]\ndefault = \"batch\"\n", []string{"classify.default"}},
 		{"annotation key", "[classify]\nclass_annotation = \"a b\"\n", []string{"classify.class_annotation"}},
-		{"xid range", "[errors]\nfatal_xids = [0]\n", []string{"errors.fatal_xids", "outside"}},
+		{"bool as int", "[errors]\nrestart_mps = 1\n", []string{"line 2", "errors.restart_mps"}},
 		{"syntax", "[alloc\n", []string{"line", "table name"}},
 		{"duplicate key", "[alloc]\nmode = \"static\"\nmode = \"dynamic\"\n", []string{"line 3", "mode"}},
 	}

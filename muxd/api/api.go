@@ -136,9 +136,21 @@ type GPU struct {
 	UUID        string `json:"uuid"`
 	Name        string `json:"name"`
 	MemoryTotal uint64 `json:"memory_total"`
-	// Health is the monitor's state for this GPU (healthy, throttled, ...); "unknown"
-	// until the monitor has sampled it.
-	Health string `json:"health"`
+	MemoryUsed  uint64 `json:"memory_used,omitempty"`
+	// Health is the monitor's state for this GPU: healthy, throttled, unhealthy, faulted
+	// or recovering.
+	Health        string    `json:"health"`
+	HealthReason  string    `json:"health_reason,omitempty"`
+	HealthSince   time.Time `json:"health_since,omitzero"`
+	AdmitsOffline bool      `json:"admits_offline"`
+	// Utilization is NVML's GPU utilisation (percent of time a kernel ran).
+	Utilization float64 `json:"utilization"`
+	// SMActivity is the percent of SMs busy, where the GPU reports it.
+	SMActivity *float64 `json:"sm_activity,omitempty"`
+	// OfflineShare is the GPU time (percent) the allocator gives offline work now.
+	OfflineShare float64 `json:"offline_share"`
+	// OnlineDemand is the allocator's estimate of the online workload's need (percent).
+	OnlineDemand float64 `json:"online_demand"`
 }
 
 // NodeInfo describes the node muxd runs on.

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 )
 
@@ -141,6 +142,12 @@ func (c *Client) Unregister(ctx context.Context, id string) error {
 		return nil
 	}
 	return err
+}
+
+// Events returns the GPU monitor's log of health transitions and faults.
+func (c *Client) Events(ctx context.Context) ([]monitor.Event, error) {
+	var ev []monitor.Event
+	return ev, c.do(ctx, http.MethodGet, "/events", nil, &ev)
 }
 
 // Policy returns the policy in force.

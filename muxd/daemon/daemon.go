@@ -19,13 +19,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/coreos/go-systemd/v22/activation"
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/buildinfo"
 	"github.com/muxflow/muxflow/muxd/control"
+	"github.com/muxflow/muxflow/muxd/guard"
 	"github.com/muxflow/muxflow/muxd/inventory"
 	"github.com/muxflow/muxflow/muxd/mps"
 	"github.com/muxflow/muxflow/muxd/registry"
@@ -46,6 +49,9 @@ type Options struct {
 	// MPSEnv is added to the MPS control tool's environment (gpusim points its fake
 	// control tool at the simulator this way).
 	MPSEnv []string
+	// NVML is the GPUs' management library (initialised), real or gpusim's adapter; nil
+	// runs muxd without GPUs (registry and API only).
+	NVML nvml.Interface
 }
 
 // Daemon is one muxd.
@@ -60,7 +66,9 @@ type Daemon struct {
 	inv      inventory.Inventory
 	metrics  *metrics
 	started  time.Time
-	mps      *mps.Supervisor // nil when the policy disables MPS
+	mps      *mps.Supervisor  // nil when the policy disables MPS
+	mon      *monitor.Monitor // nil without NVML
+	guard    *guard.Guard     // nil without NVML
 }
 
 type loadedPolicy struct {
@@ -104,6 +112,15 @@ func New(opts Options) (*Daemon, error) {
 				Devices:                len(gpus),
 			},
 			Log: d.log.With("part", "mps"),
+		}
+	}
+	if opts.NVML != nil {
+		if err := d.setupGPUs(); err != nil {
+			return nil, err
+		}
+		if d.mps != nil {
+			gpus, _ := d.inv.GPUs(context.Background())
+			d.mps.Defaults.Devices = len(gpus)
 		}
 	}
 	return d, nil
@@ -227,15 +244,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer func() { stopLoops(); wg.Wait() }()
-	if d.mps != nil {
+	spawn := func(f func()) {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		go func() { defer wg.Done(); f() }()
+	}
+	if d.mps != nil {
+		spawn(func() {
 			if err := d.mps.Run(loopCtx); err != nil {
 				d.log.Error("MPS supervision stopped", "err", err)
 			}
-		}()
+		})
 	}
+	d.runGPUs(loopCtx, spawn)
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)

@@ -8,9 +8,10 @@ import (
 )
 
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec
-	reloads  *prometheus.CounterVec
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	reloads   *prometheus.CounterVec
+	evictions *prometheus.CounterVec
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -22,6 +23,9 @@ func newMetrics(d *Daemon) *metrics {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "muxd_policy_reloads_total", Help: "Policy reloads by result (ok, rejected).",
 		}, []string{"result"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "muxd_evictions_total", Help: "Offline containers evicted, by GPU and result (ok, failed).",
+		}, []string{"gpu", "result"}),
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "muxd_build_info", Help: "Always 1; the version label says which muxd runs.",
@@ -42,7 +46,7 @@ func newMetrics(d *Daemon) *metrics {
 			return float64(n)
 		}))
 	}
-	m.reg.MustRegister(m.requests, m.reloads, info,
+	m.reg.MustRegister(m.requests, m.reloads, m.evictions, info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
+	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/registry"
 	"github.com/muxflow/muxflow/policy"
@@ -66,6 +68,12 @@ func (d *Daemon) routes() http.Handler {
 		return statusOf(err, 200), c, err
 	})
 	handle("DELETE "+p+"/containers/{id}", d.unregister)
+	handle("GET "+p+"/events", func(r *http.Request) (int, any, error) {
+		if d.mon == nil {
+			return 200, []monitor.Event{}, nil
+		}
+		return 200, d.mon.Events(time.Time{}), nil
+	})
 	handle("GET "+p+"/policy", func(r *http.Request) (int, any, error) { return 200, d.policyInfo(), nil })
 	handle("POST "+p+"/policy/reload", func(r *http.Request) (int, any, error) {
 		if err := d.reload(); err != nil {
@@ -89,6 +97,13 @@ func (d *Daemon) register(r *http.Request) (int, any, error) {
 	}
 	if err := checkAgainstPolicy(&req, d.policy()); err != nil {
 		return 400, nil, err
+	}
+	if req.Class == api.Offline && d.guard != nil {
+		if _, err := d.reg.Get(req.ID); err != nil { // a retry of an admitted one is fine
+			if err := d.guard.Admit(req.GPUs); err != nil {
+				return 409, nil, fmt.Errorf("offline container %s not admitted: %w", req.ID, err)
+			}
+		}
 	}
 	c, created, err := d.reg.Add(req, d.controls.Paths(req.ID))
 	if err != nil {

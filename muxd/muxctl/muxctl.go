@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/buildinfo"
 	"github.com/muxflow/muxflow/muxd/client"
@@ -26,6 +27,7 @@ const usage = `muxctl — operate a muxflow node.
 
 Usage:
   muxctl status [-o table|json]            node, GPUs and containers
+  muxctl events [-o table|json]            GPU health transitions and faults, and why
   muxctl policy check FILE                 validate a policy file (exit 1 if invalid)
   muxctl policy show                       the policy muxd runs with
   muxctl policy reload                     make muxd re-read its policy file
@@ -60,6 +62,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return status(ctx, cl(), rest[1:], stdout, stderr)
 	case "policy":
 		return policyCmd(ctx, cl, rest[1:], stdout)
+	case "events":
+		return events(ctx, cl(), rest[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -142,9 +146,15 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 	}
 	fmt.Fprintf(stdout, "  restarts %d\n\n", n.MPS.Restarts)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tHEALTH")
+	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tUSED\tUTIL\tSM ACT\tHEALTH\tOFFLINE SHARE\tONLINE DEMAND\tWHY")
 	for _, g := range st.GPUs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\n", g.Index, g.UUID, g.Name, policy.Bytes(g.MemoryTotal), g.Health)
+		act := "-"
+		if g.SMActivity != nil {
+			act = fmt.Sprintf("%.0f%%", *g.SMActivity)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%v\t%.0f%%\t%s\t%s\t%.0f%%\t%.0f%%\t%s\n", g.Index, g.UUID, g.Name,
+			policy.Bytes(g.MemoryTotal), policy.Bytes(g.MemoryUsed), g.Utilization, act, g.Health,
+			g.OfflineShare, g.OnlineDemand, g.HealthReason)
 	}
 	if len(st.GPUs) == 0 {
 		fmt.Fprintln(tw, "-\t(no GPUs)\t\t\t")
@@ -183,6 +193,32 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 		fmt.Fprintln(tw, "(none)")
 	}
 	return tw.Flush()
+}
+
+func events(ctx context.Context, c *client.Client, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "table", "output format: table or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out != "table" && *out != "json" {
+		return fmt.Errorf("%w: -o must be table or json, not %q", ErrUsage, *out)
+	}
+	ev, err := c.Events(ctx)
+	if err != nil {
+		return err
+	}
+	if *out == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ev)
+	}
+	if len(ev) == 0 {
+		fmt.Fprintln(stdout, "no GPU events")
+		return nil
+	}
+	return monitor.WriteEvents(stdout, ev)
 }
 
 func shortID(id string) string {

@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/muxflow/muxflow/monitor"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/evict"
+	"github.com/muxflow/muxflow/muxd/guard"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// monitorConfig maps the policy's [monitor] section onto SysMonitor's configuration.
+// The clear thresholds sit a little inside the enter thresholds: that band is the
+// hysteresis that keeps a GPU from flapping around one value.
+func monitorConfig(p *policy.Policy) monitor.Config {
+	c := monitor.DefaultConfig()
+	m := p.Monitor
+	c.Period = m.Period.D()
+	c.TempSoftC, c.TempHardC = m.SoftTemperature, m.HardTemperature
+	c.TempClearC = m.SoftTemperature - 3
+	c.MemSoftPercent, c.MemHardPercent = float64(m.SoftMemory), float64(m.HardMemory)
+	c.MemClearPercent = max(0, float64(m.SoftMemory)-3)
+	c.ClockSoftPercent = float64(m.SoftSMClock)
+	c.ClockClearPercent = min(100, float64(m.SoftSMClock)+5)
+	c.SoftEnterSamples = m.Hysteresis
+	c.ThrottledMax = m.ThrottledMax.D()
+	c.RecoverAfter = m.Recovery.D()
+	c.SoftClearAfter = min(c.SoftClearAfter, m.Recovery.D())
+	return c
+}
+
+// monitorInventory reports the GPUs the monitor watches, with their health and the
+// allocator's latest decision.
+type monitorInventory struct {
+	mon   *monitor.Monitor
+	guard *guard.Guard
+}
+
+func (m monitorInventory) GPUs(context.Context) ([]api.GPU, error) {
+	shares := map[string]guard.Status{}
+	for _, s := range m.guard.Statuses() {
+		shares[s.UUID] = s
+	}
+	var out []api.GPU
+	for _, s := range m.mon.Snapshot() {
+		g := api.GPU{Index: s.Index, UUID: s.UUID, Name: s.Name, Health: string(s.State), HealthReason: s.Reason.Text,
+			HealthSince: s.Since, AdmitsOffline: s.AdmitsOffline}
+		if smp := s.Sample; smp != nil {
+			if smp.MemoryTotalBytes != nil {
+				g.MemoryTotal = *smp.MemoryTotalBytes
+			}
+			if smp.MemoryUsedBytes != nil {
+				g.MemoryUsed = *smp.MemoryUsedBytes
+			}
+			if smp.GPUUtilPercent != nil {
+				g.Utilization = float64(*smp.GPUUtilPercent)
+			}
+			if smp.SMActivityPercent != nil {
+				v := *smp.SMActivityPercent
+				g.SMActivity = &v
+			}
+		}
+		if st, ok := shares[s.UUID]; ok {
+			g.OfflineShare = st.OfflineShare * 100
+			g.OnlineDemand = st.OnlineDemand * 100
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// setupGPUs starts SysMonitor and the guard when the daemon has NVML (real or gpusim's).
+func (d *Daemon) setupGPUs() error {
+	p := d.policy()
+	mon, err := monitor.New(d.opts.NVML, monitorConfig(p), nil, d.log)
+	if err != nil {
+		return err
+	}
+	var containers evict.Stopper
+	if addr := p.Evict.ContainerdAddress; addr != "" {
+		if _, err := os.Stat(addr); err == nil {
+			containers = evict.Containerd{Address: addr}
+		}
+	}
+	ev := evict.NewEvictor(evict.Router{Containers: containers, Processes: evict.Processes{}}, d.log.With("part", "evict"))
+	ev.OnEvicted = func(t evict.Target, gpu, reason string, err error) {
+		result := "ok"
+		if err != nil {
+			result = "failed"
+		}
+		d.metrics.evictions.WithLabelValues(gpu, result).Inc()
+	}
+	g := &guard.Guard{
+		Monitor: mon, Containers: d.reg, Blocks: d.controls, Evictor: ev,
+		Policy: d.policy, Log: d.log.With("part", "guard"), Owner: guard.ProcOwner,
+	}
+	if d.mps != nil {
+		g.MPS = d.mps
+	}
+	d.mon, d.guard = mon, g
+	d.inv = monitorInventory{mon: mon, guard: g}
+	d.metrics.reg.MustRegister(mon.Collector())
+	return nil
+}
+
+// runGPUs runs the monitor and the guard until ctx ends.
+func (d *Daemon) runGPUs(ctx context.Context, spawn func(func())) {
+	if d.mon == nil {
+		return
+	}
+	spawn(func() {
+		if err := d.mon.Run(ctx); err != nil {
+			d.log.Error("GPU monitor stopped", "err", err)
+		}
+	})
+	spawn(func() {
+		// Let the monitor take its first samples before shares are computed.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d.policy().Monitor.Period.D()):
+		}
+		_ = d.guard.Run(ctx)
+	})
+}
