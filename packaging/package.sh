@@ -1,0 +1,84 @@
+#!/bin/sh
+# package.sh: builds the muxflow deb and rpm from what `make build` left in $BUILD.
+# Called by `make package` (see Makefile for the variables); it stages the generated files
+# (man pages, Debian changelog) in $BUILD/packaging and writes the packages to $DIST.
+set -eu
+
+: "${ROOT:?}" "${BUILD:?}" "${DIST:?}" "${VERSION:?}" "${ARCH:?}"
+GO=${GO:-go}
+STAGE=$BUILD/packaging
+
+# dpkg and rpm must both accept and order the version; the release ("-1") is nfpm's.
+case $VERSION in
+[0-9]*) ;;
+*) echo "package: version '$VERSION' must start with a digit" >&2; exit 1 ;;
+esac
+if ! printf '%s' "$VERSION" | grep -Eq '^[0-9][A-Za-z0-9.+~]*$'; then
+	echo "package: version '$VERSION' may only hold letters, digits and . + ~" >&2
+	exit 1
+fi
+
+# Everything the packages ship must exist: a package missing a program is worse than none.
+missing=
+for f in bin/muxd bin/muxctl bin/muxflow-runtime bin/muxflow-hook bin/muxmatch lib/libxcuda.so; do
+	[ -f "$BUILD/$f" ] || missing="$missing $BUILD/$f"
+done
+for f in policy/default.toml systemd/muxd.service systemd/muxd.socket README.md docs/install.md LICENSE; do
+	[ -f "$ROOT/$f" ] || missing="$missing $ROOT/$f"
+done
+if [ -n "$missing" ]; then
+	echo "package: cannot build the packages; missing:" >&2
+	for f in $missing; do echo "  $f" >&2; done
+	echo "package: run 'make build' at the top level (libxcuda.so comes from libxcuda/, muxmatch from matcher/)." >&2
+	exit 1
+fi
+
+rm -rf "$STAGE"
+mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/man" "$DIST"
+
+# Ship stripped copies (Debian policy; a quarter of the size). Go keeps its own symbol
+# table for stack traces, and --strip-unneeded keeps libxcuda's dynamic symbols, which
+# is all LD_PRELOAD interposition needs.
+for b in muxd muxctl muxflow-runtime muxflow-hook muxmatch; do
+	cp "$BUILD/bin/$b" "$STAGE/bin/$b"
+done
+cp "$BUILD/lib/libxcuda.so" "$STAGE/lib/libxcuda.so"
+for f in "$STAGE"/bin/* "$STAGE/lib/libxcuda.so"; do
+	# Only ELF files are stripped (a program may be a script during development).
+	if [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ]; then
+		strip --strip-unneeded --remove-section=.comment --remove-section=.note "$f"
+	fi
+done
+
+# Man pages: muxd, muxctl and muxmatch from their own --help; the runtime prints runc's
+# help and the hook has none, so theirs are written by hand.
+sh "$ROOT/packaging/genman.sh" "$STAGE/bin/muxd" 8 "the muxflow node daemon" "$STAGE/man/muxd.8"
+sh "$ROOT/packaging/genman.sh" "$STAGE/bin/muxctl" 1 "operate a muxflow node" "$STAGE/man/muxctl.1"
+sh "$ROOT/packaging/genman.sh" "$STAGE/bin/muxmatch" 1 "pair offline jobs with online GPUs across a cluster" "$STAGE/man/muxmatch.1"
+cp "$ROOT/packaging/man/muxflow-runtime.8" "$ROOT/packaging/man/muxflow-hook.8" "$STAGE/man/"
+# -n: no name or time stamp inside, so the same input gives the same package.
+gzip -9n "$STAGE"/man/*
+
+# The Debian changelog dpkg and lintian expect; one entry naming the version and commit.
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+date=$(date -R -d "@${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}")
+cat >"$STAGE/changelog.Debian" <<CHANGELOG
+muxflow ($VERSION-1) unstable; urgency=medium
+
+  * Built from commit $commit.
+
+ -- muxflow developers <dev@muxflow.io>  $date
+CHANGELOG
+gzip -9n "$STAGE/changelog.Debian"
+
+# The oldest glibc that has every symbol version the programs and the library need.
+LIBC=$(for f in "$STAGE"/bin/* "$STAGE"/lib/*; do
+	objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' || true
+done | sed 's/GLIBC_//' | sort -uV | tail -n 1)
+LIBC=${LIBC:-2.17}
+
+export ROOT BUILD STAGE VERSION ARCH LIBC
+cd "$ROOT"
+for p in deb rpm; do
+	"$GO" tool nfpm package --config packaging/nfpm.yaml --packager "$p" --target "$DIST/"
+done
