@@ -102,7 +102,10 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.metrics = newMetrics(d)
-	if p.MPS.Enabled {
+	if p.MPS.Enabled && opts.NVML == nil {
+		d.log.Warn("MPS is enabled by policy but there are no GPUs: not starting it")
+	}
+	if p.MPS.Enabled && opts.NVML != nil {
 		gpus, _ := d.inv.GPUs(context.Background())
 		d.mps = &mps.Supervisor{
 			Control: mps.Control{Binary: p.MPS.Control, PipeDir: p.MPS.PipeDir, LogDir: p.MPS.LogDir, Env: opts.MPSEnv},

@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/muxflow/muxflow/muxd/buildinfo"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -17,6 +19,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	policyPath := fs.String("policy", policy.DefaultPath, "policy file (TOML); the embedded default is used if the default path does not exist")
 	version := fs.Bool("version", false, "print the version and exit")
+	gpus := fs.String("gpus", "auto", "where GPUs come from: auto (NVML if the driver is installed, else none) or none")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `muxd — the muxflow node daemon.
 
@@ -47,9 +50,33 @@ Flags:
 	if err != nil {
 		return fmt.Errorf("policy path: %w", err)
 	}
-	d, err := New(Options{PolicyPath: path})
+	slog.SetDefault(slog.New(slog.NewJSONHandler(stderr, nil)))
+	opts := Options{PolicyPath: path}
+	switch *gpus {
+	case "none":
+	case "auto":
+		lib, err := openNVML()
+		if err != nil {
+			slog.Info("running without GPUs", "reason", err.Error())
+		} else {
+			defer lib.Shutdown()
+			opts.NVML = lib
+		}
+	default:
+		return fmt.Errorf("--gpus must be auto or none, not %q", *gpus)
+	}
+	d, err := New(opts)
 	if err != nil {
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// openNVML loads and initialises the NVIDIA management library of the installed driver.
+func openNVML() (nvml.Interface, error) {
+	lib := nvml.New()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("NVML is not available: %s", nvml.ErrorString(ret))
+	}
+	return lib, nil
 }
