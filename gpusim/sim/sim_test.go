@@ -340,3 +340,25 @@ func TestPowerCapLowersClock(t *testing.T) {
 	}
 	p.sync(t)
 }
+
+// BenchmarkModelLaunch is the simulator's cost per launched kernel, in
+// process (no socket): enqueue, schedule, complete.
+func BenchmarkModelLaunch(b *testing.B) {
+	p, _ := LookupProfile("h100")
+	s, err := New(Config{Devices: []Profile{p}, MaxPending: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	c := s.Connect(1, 0, nil)
+	c.CreateContext(1, 0, 100, 0, 0, 0)
+	c.LoadModule(1, []byte("gpusim-module 1\nfunc tiny block_us=0.001 bw=0\n"))
+	c.GetFunction(1, 10, "tiny")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.Launch(100, 10, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1})
+	}
+	done := make(chan Result, 1)
+	c.Sync(SyncStream, 100, func(r Result) { done <- r })
+	<-done
+}

@@ -1,0 +1,102 @@
+package simclient_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/gpusim/simclient"
+)
+
+// BenchmarkLaunchFourProcesses runs four processes that each launch tiny
+// kernels as fast as the fake driver lets them, under one gpusimd, and
+// reports the sustained total launch rate (launches until all completed);
+// then one process alone for the median cost of one asynchronous
+// cuLaunchKernel and the median cuStreamSynchronize round trip on an idle
+// stream. Targets: >= 50000 launches/s, <= 5us, <= 50us.
+func BenchmarkLaunchFourProcesses(b *testing.B) {
+	if _, err := simclient.Paths(); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := simclient.Start(ctx, simclient.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Stop()
+	bld, _ := simclient.Build()
+	bench := filepath.Join(bld, "gpusim", "test", "launchbench")
+	const perProc = 50000
+	var rates []float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		type res struct {
+			Launches float64 `json:"launches"`
+		}
+		out := make([]res, 4)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var firstErr error
+		start := time.Now()
+		for p := 0; p < 4; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cmd := exec.Command(bench, "50000")
+				cmd.Env = append(os.Environ(), d.Env()...)
+				o, err := cmd.Output()
+				if err == nil {
+					err = json.Unmarshal(o, &out[p])
+				}
+				if err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if firstErr != nil {
+			b.Fatal(firstErr)
+		}
+		el := time.Since(start).Seconds()
+		rates = append(rates, 4*perProc/el)
+	}
+	b.StopTimer()
+	var launchUs, syncUs []float64
+	for i := 0; i < 3; i++ {
+		cmd := exec.Command(bench, "20000")
+		cmd.Env = append(os.Environ(), d.Env()...)
+		o, err := cmd.Output()
+		var r struct {
+			LaunchMed float64 `json:"launch_median_us"`
+			SyncMed   float64 `json:"sync_median_us"`
+		}
+		if err == nil {
+			err = json.Unmarshal(o, &r)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		launchUs = append(launchUs, r.LaunchMed)
+		syncUs = append(syncUs, r.SyncMed)
+	}
+	b.ReportMetric(median(rates), "launches/s")
+	b.ReportMetric(median(launchUs), "launch-us")
+	b.ReportMetric(median(syncUs), "sync-us")
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	return v[len(v)/2]
+}
