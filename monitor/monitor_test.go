@@ -489,3 +489,41 @@ func TestProcessUtilizationRaceIsNotAnError(t *testing.T) {
 		t.Errorf("sample = %+v, want no error and process 7 without utilisation", s)
 	}
 }
+
+func TestPowerCapScenario(t *testing.T) {
+	// Online and offline together push the board into its power cap: the
+	// SM clock falls to 75% of max. Offline is throttled within two
+	// samples, and let back in once clocks have been normal for 5 s.
+	fn := newFakeNode(t, 1)
+	m, clk := newTestMonitor(t, fn.srv, DefaultConfig())
+	events, cancel := m.Subscribe(16)
+	defer cancel()
+	poll := func(n int) {
+		for range n {
+			clk.advance(period)
+			m.Poll()
+		}
+	}
+	poll(5)
+	fn.gpus[0].set(func(f *fakeGPU) {
+		f.clock, f.reasons, f.power = 1485, nvml.ClocksEventReasonSwPowerCap, 700_000
+	})
+	poll(2)
+	if s := m.Snapshot()[0]; s.State != Throttled || !strings.Contains(s.Reason.Text, "sw_power_cap") || s.AdmitsOffline {
+		t.Fatalf("after 2 capped samples: %s (%q), admits %v; want throttled by sw_power_cap", s.State, s.Reason.Text, s.AdmitsOffline)
+	}
+	fn.gpus[0].set(func(f *fakeGPU) { f.clock, f.reasons, f.power = 1980, 0, 400_000 })
+	poll(50)
+	if s := m.Snapshot()[0]; s.State != Throttled {
+		t.Fatalf("after 5 s of normal clocks: %s, want still throttled (the dwell starts at the first clear sample)", s.State)
+	}
+	poll(1)
+	var got []string
+	for len(events) > 0 {
+		e := <-events
+		got = append(got, fmt.Sprintf("%s->%s:%s", e.From, e.To, e.Reason.Metric))
+	}
+	if diff := cmp.Diff([]string{"healthy->throttled:sm_clock", "throttled->healthy:throttled_time"}, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}

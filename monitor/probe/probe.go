@@ -271,6 +271,8 @@ func summarize(v []float64) summary {
 func (st *stats) report(w io.Writer, final []monitor.GPUStatus, o options) []string {
 	var problems []string
 	fail := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	var notes []string
+	note := func(format string, a ...any) { notes = append(notes, fmt.Sprintf(format, a...)) }
 
 	costs := slices.Clone(st.pollCost)
 	slices.SortFunc(costs, cmp.Compare)
@@ -306,9 +308,12 @@ func (st *stats) report(w io.Writer, final []monitor.GPUStatus, o options) []str
 			fail("GPU %d: no sample", g.Index)
 			continue
 		}
-		for name, n := range map[string]int{"utilization": len(gs.Util), "temperature": len(gs.Temp), "SM clock": len(gs.ClockPct), "memory": len(gs.MemPct)} {
-			if n == 0 {
-				fail("GPU %d: %s never read", g.Index, name)
+		for _, c := range []struct {
+			name string
+			n    int
+		}{{"utilization", len(gs.Util)}, {"temperature", len(gs.Temp)}, {"SM clock", len(gs.ClockPct)}, {"memory", len(gs.MemPct)}} {
+			if c.n == 0 {
+				fail("GPU %d: %s never read", g.Index, c.name)
 			}
 		}
 		if s := gs.Summary["temperature_c"]; s.N > 0 && (s.Min < 1 || s.Max > 120) {
@@ -325,9 +330,22 @@ func (st *stats) report(w io.Writer, final []monitor.GPUStatus, o options) []str
 		if gs.Lost > 0 {
 			fail("GPU %d: reported lost in %d samples", g.Index, gs.Lost)
 		}
-		if s := gs.Summary["utilization_percent"]; s.Max >= 50 {
+		if util := gs.Summary["utilization_percent"]; util.Max >= 50 {
 			busy = true
+			// A kernel-saturating load must show in SM activity too; if it
+			// does not, the GPM metric or its units are read wrong.
+			if act := gs.Summary["sm_activity_percent"]; act.N > 0 && act.Max < 10 {
+				fail("GPU %d: SM activity stayed at or under %.1f%% while utilisation reached %.0f%%", g.Index, act.Max, util.Max)
+			} else if act.N == 0 {
+				note("GPU %d: busy, but SM activity (GPM) unavailable: expected before Hopper, a problem on H100/H200", g.Index)
+			}
+			if gs.MaxProcs == 0 {
+				note("GPU %d: busy, but no compute process listed (another PID namespace?)", g.Index)
+			}
 		}
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, "NOTE:", n)
 	}
 	if !st.listened && !o.allowNoEvents {
 		fail("NVML error events could not be registered (Xids would only be seen as a lost GPU); -allow-no-events accepts that")

@@ -40,6 +40,13 @@ func mockNode(util uint32, tweak func(*server.Device)) *server.Server {
 			tweak(d)
 		}
 	}
+	srv.GpmSampleAllocFunc = func() (nvml.GpmSample, nvml.Return) {
+		return &mock.GpmSample{FreeFunc: func() nvml.Return { return nvml.SUCCESS }}, nvml.SUCCESS
+	}
+	srv.GpmMetricsGetFunc = func(q *nvml.GpmMetricsGetType) nvml.Return {
+		q.Metrics[0].Value = 1 // a GPM that reads near zero
+		return nvml.SUCCESS
+	}
 	srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
 			WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
@@ -97,6 +104,10 @@ func TestRunFails(t *testing.T) {
 	brokenTemp := func(d *server.Device) {
 		d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 	}
+	lowGPM := func(d *server.Device) {
+		d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) { return nvml.GpmSupport{IsSupportedDevice: 1}, nvml.SUCCESS }
+		d.GpmSampleGetFunc = func(nvml.GpmSample) nvml.Return { return nvml.SUCCESS }
+	}
 	noEvents := mockNode(70, nil)
 	noEvents.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 	noDriver := mockNode(0, nil)
@@ -114,6 +125,7 @@ func TestRunFails(t *testing.T) {
 		{"no driver", noDriver, short, "initialising NVML"},
 		{"idle GPUs with a load expected", mockNode(10, nil), append(short, "-require-busy"), "no GPU reached 50% utilisation"},
 		{"a metric that always fails", mockNode(70, brokenTemp), short, "temperature failed in"},
+		{"busy GPU with idle SM activity", mockNode(90, lowGPM), short, "SM activity stayed at or under 1.0% while utilisation reached 90%"},
 		{"no error events", noEvents, short, "NVML error events could not be registered"},
 	}
 	for _, tc := range tests {
