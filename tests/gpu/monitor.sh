@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real-GPU check of SysMonitor (monitor/): runs nvmlprobe against the real
-# NVML for 30 s while, if PyTorch can reach the GPU, a matmul load runs from
-# second 5 to second 20, and prints the sampled metrics, the health states
+# NVML for 30 s while, if PyTorch can reach the GPU, a 15 s matmul load runs
+# from about second 3 (after PyTorch starts), and prints the sampled metrics, the health states
 # derived, the events and a PASS/FAIL verdict. Called by tests/gpu/check.sh;
 # runnable alone on any GPU node. Exit status 0 means PASS.
 #
@@ -32,10 +32,10 @@ command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=index,name,drive
 load_pid=""
 busy_flag=""
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
-  echo "starting a 15 s fp16 matmul load on GPU 0 at t=5 s"
+  echo "starting a 15 s fp16 matmul load on GPU 0 from about t=3 s (after PyTorch starts)"
   python3 - >"$out/monitor-load.log" 2>&1 <<'PY' &
 import time, torch
-time.sleep(5)
+time.sleep(3)
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
 b = torch.randn_like(a)
 end = time.time() + 15
