@@ -181,6 +181,34 @@ CUresult gs_call(void *msg, uint32_t len, void *reply, uint32_t reply_cap)
 	return (CUresult)((struct gs_reply *)reply)->result;
 }
 
+/* gs_poll reads one pending message if one is waiting and nobody else is
+ * reading, so that a launch-only loop still learns of a sticky error. */
+void gs_poll(void)
+{
+	pthread_mutex_lock(&gs_rx_mu);
+	if (gs_reader_busy || atomic_load(&gs_dead)) {
+		pthread_mutex_unlock(&gs_rx_mu);
+		return;
+	}
+	char b;
+	ssize_t n = recv(gs_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n <= 0) {
+		if (n == 0)
+			atomic_store(&gs_dead, 1);
+		pthread_mutex_unlock(&gs_rx_mu);
+		return;
+	}
+	gs_reader_busy = 1;
+	pthread_mutex_unlock(&gs_rx_mu);
+	int rc = read_one();
+	pthread_mutex_lock(&gs_rx_mu);
+	gs_reader_busy = 0;
+	if (rc != 0)
+		atomic_store(&gs_dead, 1);
+	pthread_cond_broadcast(&gs_rx_cv);
+	pthread_mutex_unlock(&gs_rx_mu);
+}
+
 static void gs_atexit(void);
 
 static int connect_unix(const char *path)

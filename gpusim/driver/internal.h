@@ -112,6 +112,7 @@ CUresult gs_init(void);
 CUresult gs_send(void *msg, uint32_t len);        /* pipelined, no reply */
 CUresult gs_call(void *msg, uint32_t len, void *reply, uint32_t reply_cap); /* round trip */
 void gs_hdr_fill(struct gs_hdr *h, uint16_t op, uint32_t len);
+void gs_poll(void); /* non-blocking: pick up a pending notification */
 
 /* context.c */
 struct CUctx_st *gs_current(void);

@@ -150,6 +150,13 @@ CUresult gs_launch(struct CUfunc_st *f, const uint32_t grid[3], const uint32_t b
 		memcpy(n.block, block, sizeof n.block);
 		return gs_graph_add(s->capture, &n) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	/* every 256 launches, look for a sticky-error notification */
+	static _Atomic unsigned launches;
+	if ((atomic_fetch_add_explicit(&launches, 1, memory_order_relaxed) & 255) == 255) {
+		gs_poll();
+		if ((r = gs_ctx_ok(s->ctx)) != CUDA_SUCCESS)
+			return r;
+	}
 	struct gs_launch m = {.stream = s->id, .func = f->id,
 			      .grid = {grid[0], grid[1], grid[2]}, .block = {block[0], block[1], block[2]}};
 	gs_hdr_fill(&m.h, GS_LAUNCH, sizeof m);

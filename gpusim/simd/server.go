@@ -56,6 +56,9 @@ func Listen(path string, s *sim.Sim, log *slog.Logger) (*Server, error) {
 	}
 	// processes of any user may use the simulated GPU, as with /dev/nvidia*
 	_ = os.Chmod(path, 0o666)
+	if log == nil {
+		log = slog.Default()
+	}
 	return &Server{Sim: s, ln: ln, log: log, conns: map[net.Conn]bool{}}, nil
 }
 

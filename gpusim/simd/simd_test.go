@@ -1,0 +1,231 @@
+package simd
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/muxflow/muxflow/gpusim/sim"
+)
+
+// TestWireLayoutMatchesHeader compiles gsproto.h and checks every message
+// size against the Go side's expectations.
+func TestWireLayoutMatchesHeader(t *testing.T) {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Fatal("gcc is needed to check gsproto.h (tests/deps.sh installs it)")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	inc := filepath.Join(filepath.Dir(file), "..", "driver")
+	dir := t.TempDir()
+	src := `#include <stdio.h>
+#include <stddef.h>
+#include "gsproto.h"
+#define S(op, t) printf("%d %zu\n", op, sizeof(struct t) - sizeof(struct gs_hdr));
+int main(void) {
+S(GS_HELLO, gs_hello) S(GS_DEV_INFO, gs_dev_info) S(GS_CTX_CREATE, gs_ctx_create)
+S(GS_CTX_DESTROY, gs_u32x2) S(GS_STREAM_CREATE, gs_u32x2) S(GS_STREAM_DESTROY, gs_u32x2)
+S(GS_MODULE_LOAD, gs_module_load) S(GS_MODULE_UNLOAD, gs_u32x2) S(GS_FUNC_GET, gs_func_get)
+S(GS_LAUNCH, gs_launch) S(GS_COPY, gs_copy) S(GS_EVENT_CREATE, gs_u32x2) S(GS_EVENT_DESTROY, gs_u32x2)
+S(GS_EVENT_RECORD, gs_u32x2) S(GS_STREAM_WAIT_EVENT, gs_u32x2) S(GS_SYNC, gs_u32x2) S(GS_QUERY, gs_u32x2)
+S(GS_EVENT_ELAPSED, gs_u32x2) S(GS_MEM_ALLOC, gs_mem_alloc) S(GS_MEM_FREE, gs_mem_free) S(GS_MEM_INFO, gs_u32x2)
+printf("hdr %zu reply %zu devinfo %zu ctxreply %zu\n", sizeof(struct gs_hdr), sizeof(struct gs_reply),
+       sizeof(struct gs_dev_info_reply) - sizeof(struct gs_reply),
+       sizeof(struct gs_ctx_create_reply) - sizeof(struct gs_reply));
+printf("ctx_atp %zu ctx_lim %zu\n", offsetof(struct gs_ctx_create, atp) - sizeof(struct gs_hdr),
+       offsetof(struct gs_ctx_create, mem_limit) - sizeof(struct gs_hdr));
+return 0; }`
+	if err := os.WriteFile(filepath.Join(dir, "p.c"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "p")
+	if out, err := exec.Command(gcc, "-std=c11", "-I", inc, "-o", bin, filepath.Join(dir, "p.c")).CombinedOutput(); err != nil {
+		t.Fatalf("compile: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint16]int{}
+	var tail []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var op uint16
+		var n int
+		if _, err := fmt.Sscanf(l, "%d %d", &op, &n); err == nil {
+			got[op] = n
+		} else {
+			tail = append(tail, l)
+		}
+	}
+	if diff := cmp.Diff(payloadSize, got); diff != "" {
+		t.Errorf("payload sizes (-go +C):\n%s", diff)
+	}
+	want := []string{fmt.Sprintf("hdr %d reply %d devinfo 208 ctxreply 24", hdrSize, replySize), "ctx_atp 16 ctx_lim 24"}
+	if diff := cmp.Diff(want, tail); diff != "" {
+		t.Errorf("layout (-go +C):\n%s", diff)
+	}
+}
+
+func serve(t *testing.T) string {
+	t.Helper()
+	p, _ := sim.LookupProfile("h100")
+	s, err := sim.New(sim.Config{Devices: []sim.Profile{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	sv, err := Listen(sock, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = sv.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return sock
+}
+
+func TestListenRefusesASecondDaemon(t *testing.T) {
+	sock := serve(t)
+	p, _ := sim.LookupProfile("t4")
+	s, _ := sim.New(sim.Config{Devices: []sim.Profile{p}})
+	defer s.Close()
+	if _, err := Listen(sock, s, nil); err == nil {
+		t.Error("a second daemon took over a live socket")
+	}
+}
+
+func TestMalformedDriverTrafficClosesOnlyThatConnection(t *testing.T) {
+	sock := serve(t)
+	le := binary.LittleEndian
+	tests := []struct {
+		name string
+		msg  []byte
+	}{
+		{"wrong magic", []byte("NOTMAGIC")},
+		{"op before hello", append([]byte(magic), hdr(opLaunch, 48)...)},
+		{"unknown op", append([]byte(magic), hdr(999, 24)...)},
+		{"short payload", append([]byte(magic), hdr(opHello, 20)...)},
+		{"huge length", append([]byte(magic), hdr(opHello, maxMsg+1)...)},
+	}
+	for _, tc := range tests {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(tc.msg)
+		c.Write(make([]byte, 64))
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		// closed: EOF or reset, anything but a read timeout
+		if _, err := io.ReadAll(c); err != nil && os.IsTimeout(err) {
+			t.Errorf("%s: connection not closed: %v", tc.name, err)
+		}
+		c.Close()
+	}
+	// the daemon still serves a well-formed client
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := append([]byte(magic), hdr(opHello, 32)...)
+	le.PutUint64(m[len(magic)+8:], 7) // request id
+	body := make([]byte, 16)
+	le.PutUint32(body[0:], 42)
+	le.PutUint32(body[8:], protoVersion)
+	c.Write(append(m, body...))
+	rep := make([]byte, 32)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, rep); err != nil {
+		t.Fatal(err)
+	}
+	if le.Uint16(rep[4:]) != opReply || le.Uint64(rep[8:]) != 7 || le.Uint32(rep[16:]) != 0 || le.Uint32(rep[24:]) != 1 {
+		t.Errorf("hello reply %x", rep)
+	}
+}
+
+func hdr(op uint16, n uint32) []byte {
+	b := make([]byte, hdrSize)
+	binary.LittleEndian.PutUint32(b[0:], n)
+	binary.LittleEndian.PutUint16(b[4:], op)
+	return b
+}
+
+func TestJSONRequests(t *testing.T) {
+	sock := serve(t)
+	tests := []struct {
+		req     string
+		wantErr string
+	}{
+		{`{"op":"ping"}`, ""},
+		{`{"op":"nope"}`, `unknown op "nope"`},
+		{`{"op":`, "bad request"},
+		{`{"op":"fault"}`, "fault request needs a fault"},
+		{`{"op":"fault","fault":{"device":3,"xid":13}}`, "does not exist"},
+		{`{"op":"hang","device":-1,"hung":true}`, "does not exist"},
+		{`{"op":"power_limit","device":0,"watts":5000}`, "out of range"},
+		{`{"op":"mps_register","pid":0,"atp":50}`, "not a process id"},
+		{`{"op":"mps_register","pid":10,"atp":500}`, "out of range"},
+		{`{"op":"mps_register","pid":10,"atp":50,"mem_limits":{"x":1}}`, "not a device index"},
+		{`{"op":"mps_set","pid":12345,"atp":50}`, "no MPS server"},
+		{`{"op":"mps_terminate","pid":12345,"client":1}`, "no MPS server"},
+	}
+	for _, tc := range tests {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(c, tc.req)
+		var r Response
+		if err := json.NewDecoder(bufio.NewReader(c)).Decode(&r); err != nil {
+			t.Fatalf("%s: %v", tc.req, err)
+		}
+		c.Close()
+		if tc.wantErr == "" && r.Error != "" || !strings.Contains(r.Error, tc.wantErr) {
+			t.Errorf("%s: error %q, want %q", tc.req, r.Error, tc.wantErr)
+		}
+	}
+}
+
+func TestParseGPUs(t *testing.T) {
+	tests := []struct {
+		spec string
+		want []string
+		ok   bool
+	}{
+		{"h100", []string{"NVIDIA H100 80GB HBM3"}, true},
+		{"t4,a100", []string{"Tesla T4", "NVIDIA A100-SXM4-80GB"}, true},
+		{"h200x2", []string{"NVIDIA H200", "NVIDIA H200"}, true},
+		{"h200x0", nil, false},
+		{"v100", nil, false},
+		{"", nil, false},
+	}
+	for _, tc := range tests {
+		got, err := ParseGPUs(tc.spec)
+		if (err == nil) != tc.ok {
+			t.Errorf("%q: err %v", tc.spec, err)
+			continue
+		}
+		var names []string
+		for _, p := range got {
+			names = append(names, p.Name)
+		}
+		if diff := cmp.Diff(tc.want, names); diff != "" {
+			t.Errorf("%q (-want +got):\n%s", tc.spec, diff)
+		}
+	}
+}
