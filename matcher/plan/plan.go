@@ -1,0 +1,480 @@
+// Package plan turns what the cluster reports into a pairing plan: which
+// pending offline job goes to which online GPU. It applies the hard
+// constraints (GPU health, type, free memory, one offline job per GPU, a
+// floor on the online workload's predicted throughput), weighs every allowed
+// pair by predicted normalised throughput, and solves the maximum-weight
+// matching exactly or, at cluster scale, over top-k candidate lists
+// warm-started from the previous round.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/muxflow/muxflow/matcher/assign"
+	"github.com/muxflow/muxflow/matcher/predict"
+	"github.com/muxflow/muxflow/matcher/profile"
+)
+
+// Job is a pending offline workload.
+type Job struct {
+	// ID is the pod's "namespace/name". Required, unique.
+	ID string `json:"id"`
+	// Profile is the job's solo profile. Required.
+	Profile profile.Profile `json:"profile"`
+	// MemoryMiB is the GPU memory the job needs; 0 means Profile.MemoryMiB.
+	MemoryMiB float64 `json:"memory_mib,omitempty"`
+	// GPUTypes lists the GPU types the job may use; empty means any.
+	GPUTypes []string `json:"gpu_types,omitempty"`
+}
+
+func (j Job) memory() float64 {
+	if j.MemoryMiB > 0 {
+		return j.MemoryMiB
+	}
+	return j.Profile.MemoryMiB
+}
+
+// Validate checks a job.
+func (j Job) Validate() error {
+	if j.ID == "" {
+		return fmt.Errorf("%w: job without id", profile.ErrInvalid)
+	}
+	if err := j.Profile.Validate(); err != nil {
+		return fmt.Errorf("job %s: %w", j.ID, err)
+	}
+	if math.IsNaN(j.MemoryMiB) || math.IsInf(j.MemoryMiB, 0) || j.MemoryMiB < 0 {
+		return fmt.Errorf("%w: job %s memory_mib %v", profile.ErrInvalid, j.ID, j.MemoryMiB)
+	}
+	return nil
+}
+
+// Mode selects the solver.
+type Mode string
+
+// Modes. Auto solves exactly while the dense problem is small and switches
+// to top-k candidates beyond Config.ExactMaxCells.
+const (
+	Auto  Mode = "auto"
+	Exact Mode = "exact"
+	TopK  Mode = "topk"
+)
+
+// Config tunes a Planner.
+type Config struct {
+	// Predictor weighs pairs. Required.
+	Predictor predict.Predictor
+	// OnlineWeight adds this multiple of the online workload's predicted
+	// normalised throughput to each edge; 0 (the default) weighs by offline
+	// throughput alone, as online work is protected by the node's SM
+	// allocation anyway.
+	OnlineWeight float64
+	// MinOnlineTput refuses pairs that would leave the online workload
+	// below this predicted normalised throughput; default 0.8.
+	MinOnlineTput float64
+	// MinTput refuses pairs predicted to give the offline job less than
+	// this; default 0.05.
+	MinTput float64
+	// Mode picks the solver; default Auto.
+	Mode Mode
+	// K is the candidate list length in top-k mode; default 64.
+	K int
+	// ExactMaxCells is the largest jobs×GPUs solved exactly in Auto mode;
+	// default 4,194,304 (2048×2048: well under a second).
+	ExactMaxCells int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MinOnlineTput == 0 {
+		c.MinOnlineTput = 0.8
+	}
+	if c.MinTput == 0 {
+		c.MinTput = 0.05
+	}
+	if c.Mode == "" {
+		c.Mode = Auto
+	}
+	if c.K == 0 {
+		c.K = 64
+	}
+	if c.ExactMaxCells == 0 {
+		c.ExactMaxCells = 2048 * 2048
+	}
+	return c
+}
+
+// Assignment places one job on one GPU.
+type Assignment struct {
+	Job     string `json:"job"`
+	Node    string `json:"node"`
+	GPU     string `json:"gpu"`
+	GPUType string `json:"gpu_type"`
+	// Online is the online workload sharing the GPU, if any.
+	Online string `json:"online,omitempty"`
+	// Tput and OnlineTput are the predicted normalised throughputs.
+	Tput       float64 `json:"predicted_tput"`
+	OnlineTput float64 `json:"predicted_online_tput"`
+	Weight     float64 `json:"weight"`
+}
+
+// Plan is one round's result, as `muxmatch serve` publishes it.
+type Plan struct {
+	Generation  int64        `json:"generation"`
+	Time        time.Time    `json:"time"`
+	Predictor   string       `json:"predictor"`
+	Mode        Mode         `json:"mode"`
+	Assignments []Assignment `json:"assignments"`
+	// Unassigned maps each job left out to why.
+	Unassigned map[string]string `json:"unassigned,omitempty"`
+	Stats      Stats             `json:"stats"`
+}
+
+// Stats describe a round.
+type Stats struct {
+	Jobs          int     `json:"jobs"`
+	GPUs          int     `json:"gpus"`
+	EligibleGPUs  int     `json:"eligible_gpus"`
+	Edges         int     `json:"edges"`
+	TotalWeight   float64 `json:"total_weight"`
+	SolveSeconds  float64 `json:"solve_seconds"`
+	Augmentations int     `json:"augmentations,omitempty"`
+	WarmStart     bool    `json:"warm_start,omitempty"`
+}
+
+// Reasons a job can be left out.
+const (
+	ReasonNoGPU  = "no healthy GPU with the memory and type it needs"
+	ReasonOutbid = "eligible GPUs went to pairs of higher predicted throughput"
+)
+
+// Planner computes plans round after round; it keeps GPU prices between
+// rounds to warm-start the top-k solver. Not safe for concurrent use.
+type Planner struct {
+	cfg    Config
+	gen    int64
+	prices map[string]float64
+	dense  assign.Dense
+	sparse assign.Sparse
+	cache  map[pairKey][2]float64
+}
+
+// NewPlanner checks cfg and returns a Planner.
+func NewPlanner(cfg Config) (*Planner, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Predictor == nil {
+		return nil, errors.New("plan: a predictor is required")
+	}
+	switch cfg.Mode {
+	case Auto, Exact, TopK:
+	default:
+		return nil, fmt.Errorf("plan: unknown mode %q (want auto, exact or topk)", cfg.Mode)
+	}
+	if cfg.K < 1 || cfg.OnlineWeight < 0 || cfg.MinOnlineTput < 0 || cfg.MinTput < 0 || cfg.ExactMaxCells < 1 {
+		return nil, fmt.Errorf("plan: invalid settings (k %d, online weight %v, floors %v/%v)", cfg.K, cfg.OnlineWeight, cfg.MinOnlineTput, cfg.MinTput)
+	}
+	return &Planner{cfg: cfg, cache: map[pairKey][2]float64{}}, nil
+}
+
+// gpuSlot is an eligible GPU.
+type gpuSlot struct {
+	node string
+	gpu  *profile.GPUReport
+	key  profileKey // online profile, zero for a GPU without online work
+}
+
+// Plan computes the next round's plan. Jobs already running somewhere (a
+// report lists them as a GPU's offline workload) are skipped.
+func (p *Planner) Plan(reports []profile.NodeReport, jobs []Job) (*Plan, error) {
+	seenGPU := map[string]bool{}
+	running := map[string]bool{}
+	var slots []gpuSlot
+	total := 0
+	for ri := range reports {
+		r := &reports[ri]
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("node report: %w", err)
+		}
+		for gi := range r.GPUs {
+			g := &r.GPUs[gi]
+			total++
+			if seenGPU[g.UUID] {
+				return nil, fmt.Errorf("%w: gpu %s reported by two nodes", profile.ErrInvalid, g.UUID)
+			}
+			seenGPU[g.UUID] = true
+			for _, w := range g.Offline {
+				running[w.ID] = true
+			}
+			// One offline job per GPU: a GPU already sharing is not offered.
+			if g.Health != profile.Healthy || len(g.Offline) > 0 {
+				continue
+			}
+			s := gpuSlot{node: r.Node.Name, gpu: g}
+			if g.Online != nil {
+				s.key = keyOf(g.Online.Profile)
+			}
+			slots = append(slots, s)
+		}
+	}
+	seenJob := map[string]bool{}
+	var pending []Job
+	for _, j := range jobs {
+		if err := j.Validate(); err != nil {
+			return nil, err
+		}
+		if seenJob[j.ID] {
+			return nil, fmt.Errorf("%w: job %s listed twice", profile.ErrInvalid, j.ID)
+		}
+		seenJob[j.ID] = true
+		if !running[j.ID] {
+			pending = append(pending, j)
+		}
+	}
+	p.gen++
+	pl := &Plan{Generation: p.gen, Time: time.Now().UTC(), Predictor: p.cfg.Predictor.Name(), Assignments: []Assignment{},
+		Unassigned: map[string]string{}, Stats: Stats{Jobs: len(pending), GPUs: total, EligibleGPUs: len(slots)}}
+	mode := p.cfg.Mode
+	if mode == Auto {
+		mode = Exact
+		if len(pending)*len(slots) > p.cfg.ExactMaxCells {
+			mode = TopK
+		}
+	}
+	pl.Mode = mode
+	start := time.Now()
+	var rowCol []int
+	var err error
+	if mode == Exact {
+		rowCol, err = p.solveExact(pl, pending, slots)
+	} else {
+		rowCol, err = p.solveTopK(pl, pending, slots)
+	}
+	if err != nil {
+		return nil, err
+	}
+	pl.Stats.SolveSeconds = time.Since(start).Seconds()
+	for i, j := range rowCol {
+		job := pending[i]
+		if j < 0 {
+			if _, ok := pl.Unassigned[job.ID]; !ok {
+				pl.Unassigned[job.ID] = ReasonOutbid
+			}
+			continue
+		}
+		s := slots[j]
+		off, on := p.predict(job.Profile, s)
+		a := Assignment{Job: job.ID, Node: s.node, GPU: s.gpu.UUID, GPUType: s.gpu.Type, Tput: off, OnlineTput: on,
+			Weight: off + p.cfg.OnlineWeight*on}
+		if s.gpu.Online != nil {
+			a.Online = s.gpu.Online.ID
+		}
+		pl.Assignments = append(pl.Assignments, a)
+		pl.Stats.TotalWeight += a.Weight
+	}
+	slices.SortFunc(pl.Assignments, func(a, b Assignment) int { return cmpString(a.Job, b.Job) })
+	return pl, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// fits applies the hard constraints other than the throughput floors.
+func fits(j Job, g *profile.GPUReport) bool {
+	if j.memory() > g.MemoryFreeMiB {
+		return false
+	}
+	return len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, g.Type)
+}
+
+// weight is the edge weight of job on slot, or -Inf when a floor forbids it.
+func (p *Planner) weight(job Job, s gpuSlot) float64 {
+	off, on := p.predict(job.Profile, s)
+	if off < p.cfg.MinTput || on < p.cfg.MinOnlineTput {
+		return math.Inf(-1)
+	}
+	return off + p.cfg.OnlineWeight*on
+}
+
+// predict returns (offline tput, online tput), memoised by profile pair:
+// clusters run many replicas of few services, so a round needs far fewer
+// distinct predictions than it has pairs.
+func (p *Planner) predict(job profile.Profile, s gpuSlot) (float64, float64) {
+	k := pairKey{keyOf(job), s.key}
+	if v, ok := p.cache[k]; ok {
+		return v[0], v[1]
+	}
+	var v [2]float64
+	if s.gpu.Online == nil {
+		v = [2]float64{1, 1} // alone on the GPU
+	} else {
+		v = [2]float64{p.cfg.Predictor.Predict(job, s.gpu.Online.Profile), p.cfg.Predictor.Predict(s.gpu.Online.Profile, job)}
+	}
+	if len(p.cache) > 1<<20 {
+		clear(p.cache)
+	}
+	p.cache[k] = v
+	return v[0], v[1]
+}
+
+func (p *Planner) solveExact(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error) {
+	w := make([]float64, len(jobs)*len(slots))
+	for i, j := range jobs {
+		any := false
+		for c, s := range slots {
+			x := math.Inf(-1)
+			if fits(j, s.gpu) {
+				x = p.weight(j, s)
+			}
+			if !math.IsInf(x, -1) {
+				any = true
+				pl.Stats.Edges++
+			}
+			w[i*len(slots)+c] = x
+		}
+		if !any {
+			pl.Unassigned[j.ID] = ReasonNoGPU
+		}
+	}
+	res, err := p.dense.MaxWeightMatching(w, len(jobs), len(slots))
+	if err != nil {
+		return nil, fmt.Errorf("exact matching: %w", err)
+	}
+	return res.RowCol, nil
+}
+
+// solveTopK builds each job's k candidates without scoring every GPU: GPUs
+// are grouped by (online profile, type); a job scores each group once, then
+// takes GPUs group by group, best first, skipping those without the memory.
+// Plain top-k by weight fails on real clusters: replicas make weights tie,
+// every job ranks the same few GPUs first, and most jobs end up with no GPU
+// to win. So each list spans every eligible group, and within a group the
+// starting point rotates with the job, so that jobs alike still compete for
+// different GPUs.
+func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error) {
+	type group struct {
+		slots []int
+		rep   gpuSlot
+		typ   string
+	}
+	type gkey struct {
+		k   profileKey
+		typ string
+	}
+	index := map[gkey]int{}
+	var groups []group
+	for c, s := range slots {
+		k := gkey{s.key, s.gpu.Type}
+		gi, ok := index[k]
+		if !ok {
+			gi = len(groups)
+			index[k] = gi
+			groups = append(groups, group{rep: s, typ: s.gpu.Type})
+		}
+		groups[gi].slots = append(groups[gi].slots, c)
+	}
+	g := &assign.Candidates{Rows: len(jobs), Cols: len(slots), Start: make([]int, 1, len(jobs)+1)}
+	order := make([]int, len(groups))
+	gw := make([]float64, len(groups))
+	for i, j := range jobs {
+		for gi, gr := range groups {
+			gw[gi] = math.Inf(-1)
+			if len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, gr.typ) {
+				gw[gi] = p.weight(j, gr.rep)
+			}
+			order[gi] = gi
+		}
+		slices.SortFunc(order, func(a, b int) int {
+			switch {
+			case gw[a] > gw[b]:
+				return -1
+			case gw[a] < gw[b]:
+				return 1
+			}
+			return a - b
+		})
+		eligible := 0
+		for _, gi := range order {
+			if !math.IsInf(gw[gi], -1) {
+				eligible++
+			}
+		}
+		// Two passes: first a fair share of the list from every eligible
+		// group, best first, so a job competes for GPUs of several kinds;
+		// then the rest of the list from the best groups onward.
+		n := 0
+		q := max(1, p.cfg.K/max(1, eligible))
+		for pass := 0; pass < 2 && n < p.cfg.K; pass++ {
+			for _, gi := range order[:eligible] {
+				members := groups[gi].slots
+				first, limit := 0, q
+				if pass == 1 {
+					first, limit = q, len(members)
+				}
+				off := i * q
+				for t := first; t < len(members) && t-first < limit && n < p.cfg.K; t++ {
+					c := members[(off+t)%len(members)]
+					if fits(j, slots[c].gpu) {
+						g.Col = append(g.Col, int32(c))
+						g.Weight = append(g.Weight, gw[gi])
+						n++
+					}
+				}
+				if n >= p.cfg.K {
+					break
+				}
+			}
+		}
+		if n == 0 {
+			pl.Unassigned[j.ID] = ReasonNoGPU
+		}
+		g.Start = append(g.Start, len(g.Col))
+	}
+	pl.Stats.Edges = len(g.Col)
+	var warm *assign.Prices
+	if len(p.prices) > 0 {
+		warm = &assign.Prices{Col: make([]float64, len(slots))}
+		for c, s := range slots {
+			warm.Col[c] = p.prices[s.gpu.UUID]
+		}
+		pl.Stats.WarmStart = true
+	}
+	m, err := p.sparse.MaxWeightMatching(g, warm)
+	if err != nil {
+		return nil, fmt.Errorf("top-k matching: %w", err)
+	}
+	pl.Stats.Augmentations = m.Augmentations
+	p.prices = make(map[string]float64, len(slots))
+	for c, s := range slots {
+		if x := m.Prices.Col[c]; x != 0 {
+			p.prices[s.gpu.UUID] = x
+		}
+	}
+	return m.RowCol, nil
+}
+
+// profileKey is a comparable copy of the fields predictors read.
+type profileKey struct {
+	present          bool // false only for "no online workload"
+	gpu, bw, mem, sm float64
+	smKnown, amp     bool
+	batch            int
+}
+
+type pairKey struct{ job, online profileKey }
+
+func keyOf(p profile.Profile) profileKey {
+	k := profileKey{present: true, gpu: p.GPUUtil, bw: p.MemBWUtil, mem: p.MemoryMiB, amp: p.AMP, batch: p.BatchSize}
+	if p.SMActivity != nil {
+		k.sm, k.smKnown = *p.SMActivity, true
+	}
+	return k
+}

@@ -1,0 +1,207 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/muxflow/muxflow/matcher/predict"
+	"github.com/muxflow/muxflow/matcher/profile"
+)
+
+// rule is a transparent predictor: a job slows down by its partner's
+// utilisation share.
+type rule struct{}
+
+func (rule) Name() string { return "rule" }
+func (rule) Predict(a, b profile.Profile) float64 {
+	return 1 - 0.8*b.GPUUtil/100*a.GPUUtil/100
+}
+
+func gpu(uuid, typ string, free float64, online *profile.Profile) profile.GPUReport {
+	g := profile.GPUReport{UUID: uuid, Type: typ, MemoryTotalMiB: 80000, MemoryFreeMiB: free, Health: profile.Healthy}
+	if online != nil {
+		g.Online = &profile.Workload{ID: "svc/" + uuid, Profile: *online}
+	}
+	return g
+}
+
+func prof(util float64) *profile.Profile {
+	return &profile.Profile{GPUUtil: util, MemBWUtil: util / 2, MemoryMiB: 1000}
+}
+
+func job(id string, util, mem float64, types ...string) Job {
+	return Job{ID: id, Profile: *prof(util), MemoryMiB: mem, GPUTypes: types}
+}
+
+func TestPlanConstraints(t *testing.T) {
+	sick := gpu("g-sick", "A100", 50000, prof(10))
+	sick.Health = profile.Unhealthy
+	busy := gpu("g-busy", "A100", 50000, prof(10))
+	busy.Offline = []profile.Workload{{ID: "batch/running", Profile: *prof(50)}}
+	reports := []profile.NodeReport{
+		{Node: profile.NodeInfo{Name: "n1"}, GPUs: []profile.GPUReport{sick, busy, gpu("g-small", "A100", 4000, prof(20))}},
+		{Node: profile.NodeInfo{Name: "n2"}, GPUs: []profile.GPUReport{gpu("g-t4", "T4", 15000, prof(90)), gpu("g-big", "A100", 60000, prof(30))}},
+	}
+	jobs := []Job{
+		job("batch/running", 50, 1000), // already placed: skipped
+		job("batch/needs-t4", 40, 8000, "T4"),
+		job("batch/huge", 40, 70000),
+		job("batch/small", 40, 2000),
+		job("batch/a100-only", 40, 10000, "A100"),
+	}
+	for _, mode := range []Mode{Exact, TopK} {
+		t.Run(string(mode), func(t *testing.T) {
+			p, err := NewPlanner(Config{Predictor: rule{}, Mode: mode, MinOnlineTput: 0.5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl, err := p.Plan(reports, jobs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, a := range pl.Assignments {
+				got[a.Job] = a.Node + "/" + a.GPU
+			}
+			// small (2000 MiB) fits g-small or g-big; a100-only needs g-big
+			// (10000 MiB): the matching must give g-big to a100-only.
+			want := map[string]string{"batch/needs-t4": "n2/g-t4", "batch/a100-only": "n2/g-big", "batch/small": "n1/g-small"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("assignments (-want +got):\n%s", diff)
+			}
+			if pl.Unassigned["batch/huge"] != ReasonNoGPU {
+				t.Errorf("huge job: reason %q, want %q", pl.Unassigned["batch/huge"], ReasonNoGPU)
+			}
+			if pl.Stats.Jobs != 4 || pl.Stats.GPUs != 5 || pl.Stats.EligibleGPUs != 3 {
+				t.Errorf("stats %+v", pl.Stats)
+			}
+		})
+	}
+}
+
+func TestPlanProtectsOnline(t *testing.T) {
+	reports := []profile.NodeReport{{Node: profile.NodeInfo{Name: "n"}, GPUs: []profile.GPUReport{gpu("g", "H200", 80000, prof(100))}}}
+	p, err := NewPlanner(Config{Predictor: rule{}, MinOnlineTput: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// rule: online keeps 1 - 0.8*util_job → a 100% job leaves it 0.2.
+	pl, err := p.Plan(reports, []Job{job("b/heavy", 100, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pl.Assignments) != 0 {
+		t.Fatalf("heavy job paired with a busy online GPU: %+v", pl.Assignments)
+	}
+	pl, err = p.Plan(reports, []Job{job("b/light", 30, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pl.Assignments) != 1 || math.Abs(pl.Assignments[0].OnlineTput-0.76) > 1e-9 {
+		t.Fatalf("light job: %+v", pl.Assignments)
+	}
+}
+
+// randomCluster builds n GPUs hosting a few online services and m jobs of a
+// few kinds, as clusters look: many replicas, few distinct profiles.
+func randomCluster(r *rand.Rand, n, m int) ([]profile.NodeReport, []Job) {
+	services := []*profile.Profile{nil, prof(10), prof(35), prof(60), prof(85)}
+	var reports []profile.NodeReport
+	for i := 0; i < n; i += 8 {
+		rep := profile.NodeReport{Node: profile.NodeInfo{Name: fmt.Sprintf("node-%d", i/8)}}
+		for g := i; g < min(n, i+8); g++ {
+			typ := []string{"A100", "H200"}[r.IntN(2)]
+			rep.GPUs = append(rep.GPUs, gpu(fmt.Sprintf("GPU-%d", g), typ, float64(5000+r.IntN(40000)), services[r.IntN(len(services))]))
+		}
+		reports = append(reports, rep)
+	}
+	var jobs []Job
+	for j := 0; j < m; j++ {
+		var types []string
+		if r.IntN(4) == 0 {
+			types = []string{"H200"}
+		}
+		jobs = append(jobs, job(fmt.Sprintf("batch/j%d", j), float64(10*(1+r.IntN(9))), float64(1000*(1+r.IntN(30))), types...))
+	}
+	return reports, jobs
+}
+
+func TestTopKMatchesExactOnClusterShapes(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 5; trial++ {
+		reports, jobs := randomCluster(r, 200, 150+r.IntN(100))
+		ex, _ := NewPlanner(Config{Predictor: rule{}, Mode: Exact})
+		tk, _ := NewPlanner(Config{Predictor: rule{}, Mode: TopK, K: 64})
+		a, err := ex.Plan(reports, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := tk.Plan(reports, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Stats.TotalWeight < 0.995*a.Stats.TotalWeight {
+			t.Errorf("trial %d: top-k weight %.3f below 99.5%% of exact %.3f", trial, b.Stats.TotalWeight, a.Stats.TotalWeight)
+		}
+		// A second round warm-starts and must be as good as a cold one.
+		c, err := tk.Plan(reports, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Stats.WarmStart || math.Abs(c.Stats.TotalWeight-b.Stats.TotalWeight) > 1e-9*b.Stats.TotalWeight {
+			t.Errorf("trial %d: warm round %+v vs cold %.6f", trial, c.Stats, b.Stats.TotalWeight)
+		}
+		if c.Generation != b.Generation+1 {
+			t.Errorf("generation %d after %d", c.Generation, b.Generation)
+		}
+	}
+}
+
+func TestPlanRejectsBadInput(t *testing.T) {
+	good := []profile.NodeReport{{Node: profile.NodeInfo{Name: "n"}, GPUs: []profile.GPUReport{gpu("g", "T4", 1000, nil)}}}
+	tests := []struct {
+		name    string
+		reports []profile.NodeReport
+		jobs    []Job
+		want    string
+	}{
+		{"gpu on two nodes", append(good, profile.NodeReport{Node: profile.NodeInfo{Name: "m"}, GPUs: good[0].GPUs}), nil, "two nodes"},
+		{"invalid report", []profile.NodeReport{{}}, nil, "without node name"},
+		{"duplicate job", good, []Job{job("a/b", 1, 1), job("a/b", 1, 1)}, "listed twice"},
+		{"job without id", good, []Job{{Profile: *prof(1)}}, "without id"},
+		{"bad job profile", good, []Job{{ID: "x/y", Profile: profile.Profile{GPUUtil: 300}}}, "gpu_util"},
+		{"negative memory", good, []Job{job("a/b", 1, -5)}, "memory_mib"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := NewPlanner(Config{Predictor: rule{}})
+			_, err := p.Plan(tc.reports, tc.jobs)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, profile.ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid containing %q", err, tc.want)
+			}
+		})
+	}
+	for _, cfg := range []Config{{}, {Predictor: rule{}, Mode: "fast"}, {Predictor: rule{}, K: -1}, {Predictor: predict.Analytic{}, OnlineWeight: -1}} {
+		if _, err := NewPlanner(cfg); err == nil {
+			t.Errorf("NewPlanner(%+v) accepted", cfg)
+		}
+	}
+}
+
+func TestPlanEmpty(t *testing.T) {
+	p, _ := NewPlanner(Config{Predictor: predict.Analytic{}})
+	pl, err := p.Plan(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Plan{Generation: 1, Predictor: "analytic", Mode: Exact, Assignments: []Assignment{}, Unassigned: map[string]string{}}
+	if diff := cmp.Diff(want, pl, cmpopts.IgnoreFields(Plan{}, "Time"), cmpopts.IgnoreFields(Stats{}, "SolveSeconds")); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
