@@ -246,7 +246,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	loopCtx, stopLoops := context.WithCancel(ctx)
-	defer func() { stopLoops(); wg.Wait() }()
+	defer func() {
+		stopLoops()
+		wg.Wait()
+		if d.mon != nil {
+			d.mon.Close()
+		}
+	}()
 	spawn := func(f func()) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f() }()

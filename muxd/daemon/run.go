@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/muxflow/muxflow/gpusim/nvmlsim"
 	"github.com/muxflow/muxflow/muxd/buildinfo"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -19,7 +21,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	policyPath := fs.String("policy", policy.DefaultPath, "policy file (TOML); the embedded default is used if the default path does not exist")
 	version := fs.Bool("version", false, "print the version and exit")
-	gpus := fs.String("gpus", "auto", "where GPUs come from: auto (NVML if the driver is installed, else none) or none")
+	gpus := fs.String("gpus", "auto", "where GPUs come from: auto (NVML if the driver is installed, else none), none, or gpusim:SOCKET (the simulated GPUs of the gpusimd serving SOCKET)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `muxd — the muxflow node daemon.
 
@@ -63,7 +65,18 @@ Flags:
 			opts.NVML = lib
 		}
 	default:
-		return fmt.Errorf("--gpus must be auto or none, not %q", *gpus)
+		socket, ok := strings.CutPrefix(*gpus, "gpusim:")
+		if !ok || socket == "" {
+			return fmt.Errorf("--gpus must be auto, none or gpusim:SOCKET, not %q", *gpus)
+		}
+		lib := nvmlsim.New(socket)
+		if ret := lib.Init(); ret != nvml.SUCCESS {
+			return fmt.Errorf("gpusim at %s: %s", socket, nvml.ErrorString(ret))
+		}
+		defer lib.Shutdown()
+		opts.NVML = lib
+		// gpusim's fake MPS control tool reaches the simulator through this variable.
+		opts.MPSEnv = []string{"GPUSIM_SOCKET=" + socket}
 	}
 	d, err := New(opts)
 	if err != nil {

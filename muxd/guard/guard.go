@@ -241,7 +241,10 @@ func (g *Guard) evictAsync(ctx context.Context, v gpuView, reason string, p *pol
 		targets = append(targets, evict.Target{ID: c.ID, Namespace: c.Namespace, PID: c.PID, Pod: c.Pod})
 	}
 	grace := p.Evict.Grace.D()
-	restart := fault && p.Errors.RestartMPS
+	// Restarting MPS takes every client of the GPU down with it, online ones included.
+	// Only a reset-class fault (the GPU needs a reset; every context on it is lost
+	// anyway) justifies it; an application fault is handled by removing the offline work.
+	restart := fault && p.Errors.RestartMPS && v.status.LastFault != nil && v.status.LastFault.Class == monitor.FaultReset
 	go func() {
 		defer func() {
 			g.mu.Lock()
@@ -255,7 +258,7 @@ func (g *Guard) evictAsync(ctx context.Context, v gpuView, reason string, p *pol
 			return
 		}
 		if restart && g.MPS != nil {
-			g.MPS.Restart("GPU " + uuid + " faulted")
+			g.MPS.Restart("GPU " + uuid + " needs a reset: " + reason)
 		}
 		if err := g.Monitor.ClearFault(uuid); err != nil {
 			g.Log.Error("cannot clear the GPU's fault", "gpu", uuid, "err", err)

@@ -39,6 +39,9 @@ func (f *fakeMonitor) ClearFault(uuid string) error {
 func (f *fakeMonitor) set(i int, st monitor.State, onlineUtil uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if st == monitor.Faulted && f.gpus[i].LastFault == nil {
+		f.gpus[i].LastFault = &monitor.Fault{Class: monitor.FaultReset, Xid: 79}
+	}
 	f.gpus[i].State = st
 	f.gpus[i].AdmitsOffline = st.AdmitsOffline()
 	u := onlineUtil
@@ -198,6 +201,24 @@ func TestFaultEvictsRestartsMPSAndClears(t *testing.T) {
 	waitFor(t, func() bool { f.mon.mu.Lock(); defer f.mon.mu.Unlock(); return len(f.mon.cleared) == 1 })
 	if got := f.rec.ids(); got != "train" {
 		t.Errorf("evicted %q, want train", got)
+	}
+}
+
+func TestApplicationFaultKeepsMPS(t *testing.T) {
+	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	now := time.Now()
+	f.g.Step(context.Background(), now)
+	f.mon.gpus[0].LastFault = &monitor.Fault{Class: monitor.FaultApplication, Xid: 13}
+	f.mon.set(0, monitor.Faulted, 20)
+	f.g.Step(context.Background(), now.Add(100*time.Millisecond))
+	waitFor(t, func() bool { f.mon.mu.Lock(); defer f.mon.mu.Unlock(); return len(f.mon.cleared) == 1 })
+	if got := f.rec.ids(); got != "train" {
+		t.Errorf("evicted %q, want train", got)
+	}
+	select {
+	case r := <-f.mps.restarts:
+		t.Errorf("MPS restarted for an application fault, which would take the online service down: %s", r)
+	default:
 	}
 }
 
