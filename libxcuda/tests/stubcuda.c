@@ -47,12 +47,21 @@ EXPORT uint64_t stub_busy_ns(void) { return busy_ns; }
 EXPORT uint64_t stub_launches(void) { return launches; }
 EXPORT uint64_t stub_frees_seen(void) { return frees_seen; }
 
+/* Like a real driver's push buffer, the queue is bounded: a launch blocks
+ * while more than 50 ms of work is queued. */
+#define QUEUE_NS 50000000ull
+
 static uint64_t enqueue(uint64_t dur)
 {
     pthread_mutex_lock(&mu);
     uint64_t now = now_ns();
     if (tail_ns < now)
         tail_ns = now;
+    if (tail_ns - now > QUEUE_NS) {
+        uint64_t d = tail_ns - now - QUEUE_NS;
+        struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
     tail_ns += dur;
     uint64_t t = tail_ns;
     pthread_mutex_unlock(&mu);

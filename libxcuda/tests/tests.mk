@@ -1,1 +1,24 @@
+# Test programs, built with `all` so the Go tests (run by the top-level
+# `make test` before `make -C libxcuda test`) find them under $(BUILD).
+STUBDIR := $(BUILD)/libxcuda/stub
+TEST_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(CUDA_INC) -Iinclude
 
+all: $(STUBDIR)/libcuda.so.1 $(TESTDIR)/xctest $(TESTDIR)/xctest-linked
+
+$(STUBDIR):
+	mkdir -p $@
+
+$(STUBDIR)/libcuda.so.1: tests/stubcuda.c | $(STUBDIR)
+	$(CC) $(TEST_CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
+	ln -sf libcuda.so.1 $(STUBDIR)/libcuda.so
+
+$(TESTDIR)/xctest: tests/xctest.c | $(TESTDIR)
+	$(CC) $(TEST_CFLAGS) -o $@ $< -ldl
+
+$(TESTDIR)/xctest-linked: tests/xctest.c $(STUBDIR)/libcuda.so.1 | $(TESTDIR)
+	$(CC) $(TEST_CFLAGS) -DXCTEST_LINKED -o $@ $< -L$(STUBDIR) -lcuda -ldl
+
+test: all
+	@echo "libxcuda: acceptance tests run under go test (libxcuda/xcudatest)"
+
+bench: all

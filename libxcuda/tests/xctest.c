@@ -1,0 +1,243 @@
+/* xctest.c — a CUDA driver API client that exercises libxcuda for the Go
+ * tests (libxcuda/xcudatest). It reaches the driver one of three ways:
+ *   link   through the exported symbols (the program links libcuda);
+ *   dlsym  through dlopen("libcuda.so.1") + dlsym;
+ *   gpa    through cuGetProcAddress_v2 obtained with dlsym.
+ * Commands (all print key=value lines):
+ *   entry <way> <cap_bytes>      over-cap alloc must fail, small alloc and
+ *                                unhooked calls must work, memory view
+ *   hold <way> <chunk> [max]     allocate chunks until OOM, wait for stdin
+ *                                EOF, free them
+ *   loop <way> <kernel_us> <secs> <graph|kernel>
+ *                                launch back to back, print progress
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef CUresult (*init_fn)(unsigned);
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*info_fn)(size_t *, size_t *);
+typedef CUresult (*name_fn)(char *, int, CUdevice);
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **);
+typedef CUresult (*graph_fn)(CUgraphExec, CUstream);
+typedef CUresult (*sync_fn)(void);
+typedef CUresult (*ver_fn)(int *);
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
+                           CUdriverProcAddressQueryResult *);
+
+static struct {
+    init_fn init;
+    alloc_fn alloc;
+    free_fn free;
+    info_fn info;
+    name_fn name;
+    launch_fn launch, launch_ptsz;
+    graph_fn graph;
+    sync_fn sync;
+    ver_fn version;
+    void *export_table;
+} api;
+
+static gpa_fn gpa;
+static void *drv; /* the driver's handle, for the stub's test hooks */
+
+static void *by_gpa(const char *name, cuuint64_t flags)
+{
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st;
+    if (gpa(name, &p, 12000, flags, &st) != CUDA_SUCCESS)
+        return NULL;
+    return p;
+}
+
+static int setup(const char *way)
+{
+    if (strcmp(way, "link") == 0) {
+#ifdef XCTEST_LINKED
+        api.init = cuInit;
+        api.alloc = cuMemAlloc;
+        api.free = cuMemFree;
+        api.info = cuMemGetInfo;
+        api.name = cuDeviceGetName;
+        api.launch = cuLaunchKernel;
+        api.graph = cuGraphLaunch;
+        api.sync = cuCtxSynchronize;
+        api.version = cuDriverGetVersion;
+        drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        return 0;
+#else
+        fprintf(stderr, "xctest: built without linking libcuda\n");
+        return -1;
+#endif
+    }
+    void *h = drv = dlopen("libcuda.so.1", RTLD_NOW);
+    if (h == NULL) {
+        fprintf(stderr, "xctest: dlopen libcuda.so.1: %s\n", dlerror());
+        return -1;
+    }
+    if (strcmp(way, "dlsym") == 0) {
+        api.init = (init_fn)dlsym(h, "cuInit");
+        api.alloc = (alloc_fn)dlsym(h, "cuMemAlloc_v2");
+        api.free = (free_fn)dlsym(h, "cuMemFree_v2");
+        api.info = (info_fn)dlsym(h, "cuMemGetInfo_v2");
+        api.name = (name_fn)dlsym(h, "cuDeviceGetName");
+        api.launch = (launch_fn)dlsym(h, "cuLaunchKernel");
+        api.launch_ptsz = (launch_fn)dlsym(h, "cuLaunchKernel_ptsz");
+        api.graph = (graph_fn)dlsym(h, "cuGraphLaunch");
+        api.sync = (sync_fn)dlsym(h, "cuCtxSynchronize");
+        api.version = (ver_fn)dlsym(h, "cuDriverGetVersion");
+        api.export_table = dlsym(h, "cuGetExportTable");
+        return 0;
+    }
+    if (strcmp(way, "gpa") == 0) {
+        gpa = (gpa_fn)dlsym(h, "cuGetProcAddress_v2");
+        if (gpa == NULL)
+            return -1;
+        /* As the CUDA runtime does: cuGetProcAddress for everything, even
+         * for cuGetProcAddress itself. */
+        gpa = (gpa_fn)by_gpa("cuGetProcAddress", 0);
+        if (gpa == NULL)
+            return -1;
+        api.init = (init_fn)by_gpa("cuInit", 0);
+        api.alloc = (alloc_fn)by_gpa("cuMemAlloc", 0);
+        api.free = (free_fn)by_gpa("cuMemFree", 0);
+        api.info = (info_fn)by_gpa("cuMemGetInfo", 0);
+        api.name = (name_fn)by_gpa("cuDeviceGetName", 0);
+        api.launch = (launch_fn)by_gpa("cuLaunchKernel", 0);
+        api.launch_ptsz =
+            (launch_fn)by_gpa("cuLaunchKernel", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+        api.graph = (graph_fn)by_gpa("cuGraphLaunch", 0);
+        api.sync = (sync_fn)by_gpa("cuCtxSynchronize", 0);
+        api.version = (ver_fn)by_gpa("cuDriverGetVersion", 0);
+        api.export_table = by_gpa("cuGetExportTable", 0);
+        return 0;
+    }
+    fprintf(stderr, "xctest: unknown way %s\n", way);
+    return -1;
+}
+
+/* Where a function pointer lives: "libxcuda", "driver" or "none". */
+static const char *owner(void *p)
+{
+    Dl_info info;
+    if (p == NULL)
+        return "none";
+    if (dladdr(p, &info) == 0 || info.dli_fname == NULL)
+        return "unknown";
+    const char *base = strrchr(info.dli_fname, '/');
+    base = base ? base + 1 : info.dli_fname;
+    return strncmp(base, "libxcuda", 8) == 0 ? "libxcuda" : "driver";
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmd_entry(size_t cap)
+{
+    printf("alloc_owner=%s\nlaunch_owner=%s\nname_owner=%s\n", owner((void *)api.alloc),
+           owner((void *)api.launch), owner((void *)api.name));
+    if (api.launch_ptsz)
+        printf("launch_ptsz_owner=%s\n", owner((void *)api.launch_ptsz));
+    if (api.export_table)
+        printf("export_table_owner=%s\n", owner(api.export_table));
+    CUresult r = api.init(0);
+    printf("init=%d\n", r);
+    CUdeviceptr big = 0, small = 0;
+    printf("alloc_over_cap=%d\n", api.alloc(&big, cap + 1));
+    printf("alloc_small=%d\n", api.alloc(&small, 4096));
+    size_t fr = 0, tot = 0;
+    r = api.info(&fr, &tot);
+    printf("meminfo=%d\nmem_total=%zu\nmem_free=%zu\n", r, tot, fr);
+    char name[64] = "";
+    r = api.name(name, sizeof name, 0);
+    printf("name_rc=%d\nname=%s\n", r, name);
+    int v = 0;
+    r = api.version(&v);
+    printf("version_rc=%d\nversion=%d\n", r, v);
+    printf("free_small=%d\n", api.free(small));
+    /* An address libxcuda never handed out goes to the driver as is. */
+    printf("free_unknown=%d\n", api.free((CUdeviceptr)0x1234000));
+    return 0;
+}
+
+static int cmd_hold(size_t chunk, long max)
+{
+    if (api.init(0) != CUDA_SUCCESS)
+        return 1;
+    static CUdeviceptr ptrs[1 << 16];
+    long n = 0;
+    CUresult r = CUDA_SUCCESS;
+    while (n < (long)(sizeof ptrs / sizeof ptrs[0]) && (max <= 0 || n < max)) {
+        r = api.alloc(&ptrs[n], chunk);
+        if (r != CUDA_SUCCESS)
+            break;
+        n++;
+    }
+    printf("held=%ld\nlast=%d\n", n, r);
+    fflush(stdout);
+    char buf[64];
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {
+    }
+    long bad = 0;
+    for (long i = 0; i < n; i++)
+        if (api.free(ptrs[i]) != CUDA_SUCCESS)
+            bad++;
+    printf("freed=%ld\nfree_errors=%ld\n", n, bad);
+    return 0;
+}
+
+static int cmd_loop(unsigned kernel_us, double secs, int graph)
+{
+    if (api.init(0) != CUDA_SUCCESS)
+        return 1;
+    /* The stub driver reports the kernel time it queued (a GPU-time meter). */
+    uint64_t (*busy)(void) = (uint64_t (*)(void))(drv ? dlsym(drv, "stub_busy_ns") : NULL);
+    double t0 = now_s(), next = t0 + 0.05;
+    long n = 0, errors = 0;
+    while (now_s() - t0 < secs) {
+        CUresult r = graph ? api.graph((CUgraphExec)(uintptr_t)kernel_us, NULL)
+                           : api.launch((CUfunction)1, kernel_us, 1, 1, 1, 1, 1, 0, NULL, NULL,
+                                        NULL);
+        if (r != CUDA_SUCCESS)
+            errors++;
+        n++;
+        double t = now_s();
+        if (t >= next) {
+            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu\n", t - t0, n, errors,
+                   busy ? (unsigned long long)busy() : 0ull);
+            fflush(stdout);
+            next += 0.05;
+        }
+    }
+    api.sync();
+    printf("done launches=%ld errors=%ld\n", n, errors);
+    return errors != 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3 || setup(argv[2]) != 0) {
+        fprintf(stderr, "usage: xctest entry|hold|loop link|dlsym|gpa ...\n");
+        return 2;
+    }
+    if (strcmp(argv[1], "entry") == 0 && argc == 4)
+        return cmd_entry(strtoull(argv[3], NULL, 0));
+    if (strcmp(argv[1], "hold") == 0 && argc >= 4)
+        return cmd_hold(strtoull(argv[3], NULL, 0), argc > 4 ? atol(argv[4]) : 0);
+    if (strcmp(argv[1], "loop") == 0 && argc == 6)
+        return cmd_loop((unsigned)atoi(argv[3]), atof(argv[4]), strcmp(argv[5], "graph") == 0);
+    fprintf(stderr, "xctest: bad arguments\n");
+    return 2;
+}

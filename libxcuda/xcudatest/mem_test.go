@@ -1,0 +1,153 @@
+package xcudatest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+)
+
+// holder is an xctest process that allocated chunks until OOM and now
+// holds them until its stdin closes.
+type holder struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	held  int64
+	out   *bufio.Reader
+}
+
+func startHolder(t *testing.T, h *harness, chunk uint64, max int) *holder {
+	t.Helper()
+	cmd := h.command("xctest", "hold", "dlsym", fmt.Sprint(chunk), fmt.Sprint(max))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start xctest hold: %v", err)
+	}
+	return &holder{cmd: cmd, stdin: in, out: bufio.NewReader(out)}
+}
+
+// waitHeld reads the "held=" line.
+func (p *holder) waitHeld(t *testing.T) {
+	t.Helper()
+	for {
+		line, err := p.out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("xctest hold ended before reporting: %v", err)
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "held="); ok {
+			p.held = atoi(t, v)
+			return
+		}
+	}
+}
+
+func (p *holder) finish(t *testing.T) map[string]string {
+	t.Helper()
+	p.stdin.Close()
+	rest, _ := io.ReadAll(p.out)
+	if err := p.cmd.Wait(); err != nil {
+		t.Errorf("xctest hold: %v", err)
+	}
+	return keyValues(string(rest))
+}
+
+// TestMemoryCapRace: 8 processes race to allocate under one cap; together
+// they never exceed it (and fill it exactly), and everything is returned
+// when they free. Without libxcuda the same run exceeds the cap.
+func TestMemoryCapRace(t *testing.T) {
+	const (
+		procs = 8
+		chunk = 3 << 20
+		limit = 64 << 20
+	)
+	for _, preload := range []bool{true, false} {
+		t.Run(fmt.Sprintf("libxcuda=%v", preload), func(t *testing.T) {
+			h := newHarness(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{limit}})
+			h.preload = preload
+			var ps []*holder
+			for range procs {
+				// Without libxcuda each would take the stub's whole 1 GiB;
+				// 8 chunks each is enough to show the cap is exceeded.
+				max := 0
+				if !preload {
+					max = 8
+				}
+				ps = append(ps, startHolder(t, h, chunk, max))
+			}
+			var total int64
+			var wg sync.WaitGroup
+			for _, p := range ps {
+				p.waitHeld(t)
+				total += p.held * chunk
+			}
+			peak := h.block.Usage().PeakBytes
+			reservedWhileHeld := h.block.Usage().ReservedBytes
+			for _, p := range ps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					kv := p.finish(t)
+					if kv["free_errors"] != "0" {
+						t.Errorf("free errors: %v", kv)
+					}
+				}()
+			}
+			wg.Wait()
+			if !preload {
+				if total <= limit {
+					t.Fatalf("control run without libxcuda held %d bytes, expected more than the %d cap (test would prove nothing)", total, limit)
+				}
+				return
+			}
+			want := int64(limit / chunk * chunk)
+			if total != want {
+				t.Errorf("processes held %d bytes together, want exactly %d (cap %d, chunk %d)", total, want, limit, chunk)
+			}
+			if len(peak) < 1 || peak[0] > limit {
+				t.Errorf("peak reserved %v exceeds cap %d", peak, limit)
+			}
+			if len(reservedWhileHeld) < 1 || int64(reservedWhileHeld[0]) != total {
+				t.Errorf("reserved counter %v while held, want %d", reservedWhileHeld, total)
+			}
+			if u := h.block.Usage(); len(u.ReservedBytes) != 0 || len(u.Procs) != 0 {
+				t.Errorf("after all freed and exited: reserved %v, procs %+v; want none", u.ReservedBytes, u.Procs)
+			}
+		})
+	}
+}
+
+// TestDeadProcessReservationReclaimed: a process killed with SIGKILL while
+// holding memory cannot return it itself; the next allocation that hits the
+// cap reclaims the dead slot and succeeds.
+func TestDeadProcessReservationReclaimed(t *testing.T) {
+	const limit = 8 << 20
+	h := newHarness(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{limit}})
+	a := startHolder(t, h, 1<<20, 0)
+	a.waitHeld(t)
+	if a.held != 8 {
+		t.Fatalf("first holder got %d MiB, want 8", a.held)
+	}
+	a.cmd.Process.Kill()
+	a.cmd.Wait()
+	if u := h.block.Usage(); len(u.ReservedBytes) == 0 || u.ReservedBytes[0] != limit {
+		t.Fatalf("killed process's reservation: %v, want %d still counted", u.ReservedBytes, limit)
+	}
+	b := startHolder(t, h, 1<<20, 0)
+	b.waitHeld(t)
+	if b.held != 8 {
+		t.Errorf("second holder got %d MiB after the first was killed, want 8", b.held)
+	}
+	b.finish(t)
+}
