@@ -1,12 +1,12 @@
 // Package gpucontainer decides whether an OCI spec describes a GPU container and, for one
 // that does, what muxd must know about it: which GPUs it may use, its class and its limits.
-// It only reads the spec; changing it is the job of package wiring.
+// It only reads the spec; changing it is the job of package wiring. It is on the fast path
+// of every container creation, so it stays small: no regular expressions, no policy.
 package gpucontainer
 
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -29,11 +29,6 @@ const maxValueLen = 4096
 
 // ErrBadDevices classifies a GPU request that cannot be understood; creation must fail.
 var ErrBadDevices = errors.New("bad GPU request")
-
-var (
-	gpuName    = regexp.MustCompile(`^(all|[0-9]{1,3}|GPU-[0-9a-fA-F-]{8,64}|MIG-[0-9a-zA-Z/-]{1,80})$`)
-	devicePath = regexp.MustCompile(`^/dev/nvidia([0-9]{1,3})$`)
-)
 
 // Detect returns the GPUs a spec asks for, or nil when the container is not a GPU container.
 // The sources, in order of precedence: NVIDIA_VISIBLE_DEVICES in the process environment
@@ -121,9 +116,9 @@ func fromDevices(s *specs.Spec) []string {
 	var gpus []string
 	control := false
 	for _, d := range s.Linux.Devices {
-		if m := devicePath.FindStringSubmatch(d.Path); m != nil {
-			if !slices.Contains(gpus, m[1]) {
-				gpus = append(gpus, m[1])
+		if n, ok := gpuIndexFromDevice(d.Path); ok {
+			if !slices.Contains(gpus, n) {
+				gpus = append(gpus, n)
 			}
 		} else if strings.HasPrefix(d.Path, "/dev/nvidia") {
 			control = true // nvidiactl, nvidia-uvm...: a GPU container whose GPUs we cannot tell
@@ -145,7 +140,7 @@ func parseList(items []string) ([]string, error) {
 		if it == "" {
 			continue
 		}
-		if !gpuName.MatchString(it) {
+		if !validGPU(it) {
 			return nil, fmt.Errorf("%q is not a GPU index, a GPU-/MIG- UUID or \"all\"", truncate(it))
 		}
 		if it == "all" {

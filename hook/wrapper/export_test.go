@@ -3,6 +3,7 @@ package wrapper
 import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/hook/gpucontainer"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -12,6 +13,6 @@ func detectAndClassify(s *specs.Spec, p *policy.Policy) ([]string, error) {
 	if err != nil || gpus == nil {
 		return gpus, err
 	}
-	_, _, err = gpucontainer.Classify(s.Annotations, p)
+	_, _, err = classify.Classify(s.Annotations, p)
 	return gpus, err
 }

@@ -1,8 +1,9 @@
-// Package wrapper is muxflow-runtime: an OCI runtime that stands in front of runc (or
-// crun). On create and run it reads the bundle's config.json and, for a GPU container,
-// registers the container with muxd and wires it into MPS and libxcuda before handing the
-// unchanged command line to the real runtime. Every other command, and every container that
-// asks for no GPU, is passed through untouched on a fast path that writes nothing.
+// Package wrapper is the full muxflow runtime wrapper, run as `muxflow-hook runtime ARGS`
+// when muxflow-runtime's first stage (package front) finds a GPU container or is not sure.
+// On create and run it reads the bundle's config.json and, for a GPU container, classifies
+// it, registers it with muxd and wires it into MPS and libxcuda before handing the unchanged
+// command line to the real runtime (runc or crun). Every other command, and every container
+// that asks for no GPU, is passed through untouched and nothing is written.
 package wrapper
 
 import (
@@ -21,20 +22,14 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/muxflow/muxflow/hook/classify"
+	"github.com/muxflow/muxflow/hook/front"
 	"github.com/muxflow/muxflow/hook/gpucontainer"
 	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
 	"github.com/muxflow/muxflow/policy"
 )
-
-// PolicyEnv overrides where the policy is read from. containerd starts runtimes with
-// BinaryName and no extra arguments, so the environment (inherited from containerd through
-// the shim) is the one way to point the wrapper at another file.
-const PolicyEnv = "MUXFLOW_POLICY"
-
-// HookName is the hook binary's file name; it is looked for next to the wrapper.
-const HookName = "muxflow-hook"
 
 // Registrar is the part of muxd's client the wrapper uses.
 type Registrar interface {
@@ -52,8 +47,8 @@ type Wrapper struct {
 	Client func(*policy.Policy) Registrar
 	// Exec replaces the process with the real runtime (syscall.Exec).
 	Exec func(path string, argv, env []string) error
-	// Self is the wrapper's own executable path, used to find muxflow-hook and to refuse a
-	// policy whose runtime is the wrapper itself.
+	// Self is the wrapper's own executable (muxflow-hook): the binary the OCI hooks run,
+	// and, with muxflow-runtime beside it, what hook.runtime must never resolve to.
 	Self string
 	// Cwd resolves a relative --bundle.
 	Cwd string
@@ -96,7 +91,7 @@ func (w *Wrapper) defaults() {
 
 // LoadPolicy reads the policy the wrapper and hook run under.
 func LoadPolicy() (*policy.Policy, string, error) {
-	path := os.Getenv(PolicyEnv)
+	path := os.Getenv(front.PolicyEnv)
 	if path == "" {
 		if _, err := os.Stat(policy.DefaultPath); err != nil {
 			return policy.Default(), "embedded default", nil
@@ -113,7 +108,7 @@ func LoadPolicy() (*policy.Policy, string, error) {
 // Run handles one invocation.
 func (w *Wrapper) Run(ctx context.Context, args []string) error {
 	w.defaults()
-	inv, err := ParseArgs(args, w.Cwd)
+	inv, err := front.ParseArgs(args, w.Cwd)
 	log := w.logger(inv)
 	if err != nil {
 		return w.fail(log, fmt.Errorf("muxflow-runtime: %w", err))
@@ -170,8 +165,8 @@ func (w *Wrapper) findRuntime(name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("muxflow-runtime: the OCI runtime %q (policy hook.runtime) is not installed: %w", name, err)
 	}
-	if w.Self != "" && sameFile(path, w.Self) {
-		return "", fmt.Errorf("muxflow-runtime: policy hook.runtime %q is muxflow-runtime itself; name runc or crun", name)
+	if w.Self != "" && (sameFile(path, w.Self) || sameFile(path, filepath.Join(filepath.Dir(w.Self), "muxflow-runtime"))) {
+		return "", fmt.Errorf("muxflow-runtime: policy hook.runtime %q is muxflow itself; name runc or crun", name)
 	}
 	return path, nil
 }
@@ -182,7 +177,7 @@ func sameFile(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
-func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []string, inv Invocation, b *bundle, s *specs.Spec, gpus []string) error {
+func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []string, inv front.Invocation, b *bundle, s *specs.Spec, gpus []string) error {
 	p, src, err := w.Policy()
 	if err != nil {
 		return w.fail(log, fmt.Errorf("muxflow: cannot create GPU container %s: policy %s: %w", inv.ID, src, err))
@@ -190,7 +185,7 @@ func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []str
 	if err := api.ValidateID(inv.ID); err != nil {
 		return w.fail(log, fmt.Errorf("muxflow: cannot create GPU container: %w", err))
 	}
-	class, limits, err := gpucontainer.Classify(s.Annotations, p)
+	class, limits, err := classify.Classify(s.Annotations, p)
 	if err != nil {
 		return w.fail(log, err)
 	}
@@ -232,13 +227,13 @@ func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []str
 	return err
 }
 
-func (w *Wrapper) wire(log *slog.Logger, inv Invocation, b *bundle, s *specs.Spec, p *policy.Policy, c api.Container) error {
+func (w *Wrapper) wire(log *slog.Logger, inv front.Invocation, b *bundle, s *specs.Spec, p *policy.Policy, c api.Container) error {
 	if c.ID != inv.ID {
 		return fmt.Errorf("muxd registered id %q, not %q", c.ID, inv.ID)
 	}
-	hookBin := filepath.Join(filepath.Dir(w.Self), HookName)
-	if st, err := os.Stat(hookBin); err != nil || !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not installed next to muxflow-runtime", hookBin)
+	hookBin := w.Self
+	if st, err := os.Stat(hookBin); err != nil || !st.Mode().IsRegular() || !filepath.IsAbs(hookBin) {
+		return fmt.Errorf("cannot find muxflow-hook's own path (%q) for the container's hooks", hookBin)
 	}
 	if _, err := os.Stat(p.Hook.LibXCUDA); err != nil {
 		return fmt.Errorf("libxcuda is not installed at %s (policy hook.libxcuda)", p.Hook.LibXCUDA)
@@ -304,7 +299,7 @@ func podName(ann map[string]string) string {
 
 // logger writes where the runtime was told to log (--log, in --log-format), so muxflow's
 // lines surface in containerd's logs next to runc's; without --log it writes to stderr.
-func (w *Wrapper) logger(inv Invocation) *slog.Logger {
+func (w *Wrapper) logger(inv front.Invocation) *slog.Logger {
 	var out io.Writer = w.Stderr
 	if inv.Log != "" {
 		if f, err := os.OpenFile(inv.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {

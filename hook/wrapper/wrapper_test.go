@@ -21,38 +21,6 @@ import (
 	"github.com/muxflow/muxflow/policy"
 )
 
-func TestParseArgs(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		args    []string
-		want    Invocation
-		wantErr bool
-	}{
-		{"containerd create", []string{"--root", "/run/containerd/runc/k8s.io", "--log", "/b/log.json", "--log-format", "json", "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "c1"},
-			Invocation{Command: "create", Log: "/b/log.json", LogFormat: "json", Bundle: "/b", ID: "c1"}, false},
-		{"equals and short", []string{"--log=/l", "run", "-b", "rel dir", "--detach", "c2"},
-			Invocation{Command: "run", Log: "/l", Bundle: "/cwd/rel dir", ID: "c2"}, false},
-		{"default bundle", []string{"create", "c3"}, Invocation{Command: "create", Bundle: "/cwd", ID: "c3"}, false},
-		{"delete", []string{"--root", "/r", "delete", "--force", "c1"}, Invocation{Command: "delete"}, false},
-		{"version", []string{"--version"}, Invocation{}, false},
-		{"create without id", []string{"create", "--bundle", "/b"}, Invocation{Command: "create"}, true},
-		{"create two ids", []string{"create", "a", "b"}, Invocation{Command: "create"}, true},
-		{"dangling flag", []string{"--log"}, Invocation{}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseArgs(tc.args, "/cwd")
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v", err)
-			}
-			if err == nil {
-				if diff := cmp.Diff(tc.want, got); diff != "" {
-					t.Errorf("(-want +got):\n%s", diff)
-				}
-			}
-		})
-	}
-}
-
 // fakeMuxd records registrations.
 type fakeMuxd struct {
 	runDir       string
@@ -96,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	dir := t.TempDir()
 	e := &env{t: t, dir: dir, muxd: &fakeMuxd{runDir: filepath.Join(dir, "run")}}
 	bin := filepath.Join(dir, "bin")
-	for _, name := range []string{"muxflow-runtime", HookName, "runc", "libxcuda.so"} {
+	for _, name := range []string{"muxflow-runtime", "muxflow-hook", "runc", "libxcuda.so"} {
 		writeFile(t, filepath.Join(bin, name), "#!/bin/sh\n", 0o755)
 	}
 	p := policy.Default()
@@ -114,7 +82,7 @@ func newEnv(t *testing.T) *env {
 			e.execs = append(e.execs, execCall{path, argv})
 			return e.execErr
 		},
-		Self:   filepath.Join(bin, "muxflow-runtime"),
+		Self:   filepath.Join(bin, "muxflow-hook"),
 		Cwd:    dir,
 		Stderr: &e.stderr,
 	}
@@ -242,7 +210,7 @@ func TestGPUContainerIsWired(t *testing.T) {
 	if !slices.Contains(s.Process.Env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40") || !slices.Contains(s.Process.Env, "NVIDIA_VISIBLE_DEVICES=0,1") {
 		t.Errorf("env = %q", s.Process.Env)
 	}
-	if s.Hooks == nil || len(s.Hooks.CreateRuntime) != 1 || s.Hooks.CreateRuntime[0].Path != filepath.Join(e.dir, "bin", HookName) {
+	if s.Hooks == nil || len(s.Hooks.CreateRuntime) != 1 || s.Hooks.CreateRuntime[0].Path != filepath.Join(e.dir, "bin", "muxflow-hook") {
 		t.Errorf("hooks = %+v", s.Hooks)
 	}
 	// Fields this runtime-spec version does not know survive the edit.
@@ -343,9 +311,9 @@ func TestFailuresAfterRegistrationUnregister(t *testing.T) {
 			t.Error(diff)
 		}
 	})
-	t.Run("runtime is the wrapper", func(t *testing.T) {
+	t.Run("runtime is muxflow", func(t *testing.T) {
 		e := newEnv(t)
-		e.policy.Hook.Runtime = e.w.Self
+		e.policy.Hook.Runtime = filepath.Join(filepath.Dir(e.w.Self), "muxflow-runtime")
 		b, _ := e.bundle("b", nil, nil)
 		if err := e.run("create", "--bundle", b, "c1"); err == nil || !strings.Contains(err.Error(), "itself") {
 			t.Fatalf("err = %v", err)

@@ -4,16 +4,14 @@
 package main
 
 import (
-	"context"
 	"os"
 
-	"github.com/muxflow/muxflow/hook/wrapper"
+	"github.com/muxflow/muxflow/hook/front"
 )
 
 func main() {
-	// No signal handling: on success the process becomes the real runtime, which handles
-	// its own signals; the wrapper's own work is bounded by the policy's hook.timeout.
-	if err := wrapper.Run(context.Background(), os.Args[1:]); err != nil {
-		os.Exit(1) // the error is already logged where the runtime logs and on stderr
+	// On success the process has become the real runtime (or muxflow-hook's wrapper).
+	if err := front.Run(os.Args[1:]); err != nil {
+		os.Exit(1) // already reported on stderr and in the runtime's log
 	}
 }

@@ -1,4 +1,7 @@
-package gpucontainer
+// Package classify decides a GPU container's class and limits from its annotations, under
+// the policy's [classify] rules and [classes] bounds. A value policy does not accept is an
+// AnnotationError: one sentence naming the annotation, for the person creating the container.
+package classify
 
 import (
 	"fmt"
@@ -68,4 +71,11 @@ func Classify(ann map[string]string, p *policy.Policy) (api.Class, api.Limits, e
 		lim.SMPercent = n
 	}
 	return class, lim, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
 }

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// minRounds keeps the medians meaningful when the benchmark framework asks for few
+// iterations (each round is four container runs).
+const minRounds = 15
+
+// BenchmarkRuncRun measures `runc run` of a container that runs /bin/true, straight through
+// runc and through muxflow-runtime, in the same process and interleaved round by round so
+// that machine load hits both alike. It reports medians in ms: non-GPU (the fast path) and
+// GPU (muxd registration, both hooks and unregistration included).
+func BenchmarkRuncRun(b *testing.B) {
+	runc := lookTool(b, "runc")
+	n := newNode(b, runc)
+	rootfs := busyboxRootfs(b, n.dir)
+	runcRoot := filepath.Join(n.dir, "runc-root")
+	plainBundle := filepath.Join(n.dir, "plain")
+	gpuBundle := filepath.Join(n.dir, "gpu")
+	must(b, os.MkdirAll(plainBundle, 0o755))
+	must(b, os.MkdirAll(gpuBundle, 0o755))
+	writeSpec(b, plainBundle, rootfs, []string{"/bin/true"}, nil, nil)
+	gpuSpec := writeSpec(b, gpuBundle, rootfs, []string{"/bin/true"}, []string{"NVIDIA_VISIBLE_DEVICES=0"}, map[string]string{"muxflow.io/class": "offline"})
+
+	seq := 0
+	run := func(bin, bundle string) time.Duration {
+		seq++
+		cmd := exec.Command(bin, "--root", runcRoot, "run", "--bundle", bundle, fmt.Sprintf("bench-%d", seq))
+		cmd.Env = append(os.Environ(), "MUXFLOW_POLICY="+n.policy)
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%s run %s: %v\n%s", bin, bundle, err, out)
+		}
+		return time.Since(start)
+	}
+	resetGPU := func() { must(b, os.WriteFile(filepath.Join(gpuBundle, "config.json"), gpuSpec, 0o644)) }
+	// Warm the page cache and muxd's connection handling once.
+	run(runc, plainBundle)
+	run(n.runtime, plainBundle)
+	resetGPU()
+	run(n.runtime, gpuBundle)
+
+	var plain, wrapped, gpuPlain, gpuWrapped []time.Duration
+	rounds := max(b.N, minRounds)
+	b.ResetTimer()
+	for i := range rounds {
+		first, second := runc, n.runtime
+		if i%2 == 1 {
+			first, second = second, first
+		}
+		for _, bin := range []string{first, second} {
+			d := run(bin, plainBundle)
+			if bin == runc {
+				plain = append(plain, d)
+			} else {
+				wrapped = append(wrapped, d)
+			}
+		}
+		for _, bin := range []string{first, second} {
+			resetGPU()
+			d := run(bin, gpuBundle)
+			if bin == runc {
+				gpuPlain = append(gpuPlain, d)
+			} else {
+				gpuWrapped = append(gpuWrapped, d)
+			}
+		}
+	}
+	b.StopTimer()
+	if cs, err := n.client.Containers(b.Context()); err != nil || len(cs) != 0 {
+		b.Errorf("muxd still holds %d containers after the runs (err %v): poststop did not unregister", len(cs), err)
+	}
+	ms := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2]) / 1e6
+	}
+	b.ReportMetric(ms(plain), "runc-ms")
+	b.ReportMetric(ms(wrapped), "muxflow-ms")
+	b.ReportMetric(ms(wrapped)-ms(plain), "nongpu-delta-ms")
+	b.ReportMetric(ms(gpuPlain), "gpu-runc-ms")
+	b.ReportMetric(ms(gpuWrapped), "gpu-muxflow-ms")
+	b.ReportMetric(ms(gpuWrapped)-ms(gpuPlain), "gpu-delta-ms")
+	b.Logf("%d rounds, medians: non-GPU runc %.1f ms, muxflow-runtime %.1f ms (%+.1f); GPU runc %.1f ms, muxflow-runtime %.1f ms (%+.1f)",
+		rounds, ms(plain), ms(wrapped), ms(wrapped)-ms(plain), ms(gpuPlain), ms(gpuWrapped), ms(gpuWrapped)-ms(gpuPlain))
+}
