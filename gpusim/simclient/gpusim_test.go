@@ -464,3 +464,27 @@ func TestMPSLogs(t *testing.T) {
 		t.Error("control.log does not record the server start")
 	}
 }
+
+func TestWorkloadModes(t *testing.T) {
+	d := start(t, simclient.Options{})
+	a := d.Artifacts
+	for _, mode := range [][]string{{}, {"--graph"}, {"--dlsym"}, {"--graph", "--dlsym"}} {
+		m, code := run(t, d, nil, a.Train, append(append([]string{"--iters", "5"}, mode...), bigTrain...)...)
+		if code != 0 || num(t, m, "iterations") != 5 || m["graph"] != (len(mode) > 0 && mode[0] == "--graph") {
+			t.Errorf("train %v: exit %d, %v", mode, code, m)
+		}
+	}
+	// a CSV rate trace: 50 QPS for half a second, then 200 QPS
+	csv := filepath.Join(t.TempDir(), "rate.csv")
+	if err := os.WriteFile(csv, []byte("seconds,qps\n0,50\n0.5,200\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, code := run(t, d, nil, a.Infer, "--rate", "csv:"+csv, "--duration", "1", "--uniform", "--io-bytes", "0", "--dlsym")
+	if n := num(t, m, "requests"); code != 0 || n < 115 || n > 135 {
+		t.Errorf("CSV trace: exit %d, %v; want about 125 requests", code, m)
+	}
+	m, code = run(t, d, nil, a.Infer, "--rate", "bursty:0:400:100:500", "--duration", "1", "--uniform", "--io-bytes", "0")
+	if n := num(t, m, "requests"); code != 0 || n < 70 || n > 90 {
+		t.Errorf("bursty trace: exit %d, %v; want about 80 requests", code, m)
+	}
+}
