@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"os"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"time"
 
 	"github.com/muxflow/muxflow/monitor"
@@ -85,7 +87,15 @@ func (d *Daemon) setupGPUs() error {
 			containers = evict.Containerd{Address: addr}
 		}
 	}
-	ev := evict.NewEvictor(evict.Router{Containers: containers, Processes: evict.Processes{}}, d.log.With("part", "evict"))
+	var stopper evict.Stopper = evict.Router{Containers: containers, Processes: evict.Processes{}}
+	if p.Evict.Kubernetes {
+		k, err := evict.InCluster(stopper)
+		if err != nil {
+			return err
+		}
+		stopper = k
+	}
+	ev := evict.NewEvictor(stopper, d.log.With("part", "evict"))
 	ev.OnEvicted = func(t evict.Target, gpu, reason string, err error) {
 		result := "ok"
 		if err != nil {
@@ -101,6 +111,9 @@ func (d *Daemon) setupGPUs() error {
 		g.MPS = d.mps
 	}
 	d.mon, d.guard = mon, g
+	if p.MPS.Enabled {
+		d.setComputeMode()
+	}
 	d.inv = monitorInventory{mon: mon, guard: g}
 	d.metrics.reg.MustRegister(mon.Collector())
 	return nil
@@ -125,4 +138,30 @@ func (d *Daemon) runGPUs(ctx context.Context, spawn func(func())) {
 		}
 		_ = d.guard.Run(ctx)
 	})
+}
+
+// setComputeMode puts every GPU in EXCLUSIVE_PROCESS mode, as NVIDIA recommends for MPS:
+// only the MPS server then holds a context on the GPU, so no client can bypass MPS.
+func (d *Daemon) setComputeMode() {
+	lib := d.opts.NVML
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return
+	}
+	for i := range n {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		if mode, ret := dev.GetComputeMode(); ret == nvml.SUCCESS && mode == nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
+			continue
+		}
+		switch ret := dev.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS); ret {
+		case nvml.SUCCESS:
+			d.log.Info("GPU set to exclusive-process compute mode for MPS", "gpu", i)
+		case nvml.ERROR_NOT_SUPPORTED:
+		default:
+			d.log.Warn("cannot set exclusive-process compute mode; MPS still works but non-MPS contexts can share the GPU", "gpu", i, "err", nvml.ErrorString(ret))
+		}
+	}
 }
