@@ -1,0 +1,407 @@
+// Package extender is the Kubernetes side of the matcher: a kube-scheduler
+// extender whose filter and prioritize verbs steer offline pods to the nodes
+// holding the GPUs the current plan chose for them, and the HTTP surface that
+// publishes the plan. Pods are offline when annotated muxflow.io/class:
+// offline; their solo profile comes from muxflow.io/profile (JSON) and their
+// needs from muxflow.io/gpu-memory and muxflow.io/gpu-type.
+package extender
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/muxflow/muxflow/matcher/plan"
+	"github.com/muxflow/muxflow/matcher/profile"
+)
+
+// Pod annotations the extender reads (DESIGN.md §4, Kubernetes surface).
+const (
+	AnnotationClass     = "muxflow.io/class"
+	AnnotationProfile   = "muxflow.io/profile"
+	AnnotationGPUMemory = "muxflow.io/gpu-memory"
+	AnnotationGPUType   = "muxflow.io/gpu-type"
+)
+
+// maxBody bounds request bodies: a NodeList of 5,000 nodes is a few MB.
+const maxBody = 64 << 20
+
+// Server answers kube-scheduler extender calls from the latest plan and
+// collects the offline pods it sees as pending jobs for the next round.
+type Server struct {
+	// WaitForPlan makes filter reject every node for an offline pod the
+	// plan has not placed yet, so the pod waits (kube-scheduler retries it)
+	// rather than landing on a GPU the matching did not choose. When false,
+	// such pods may go to any node with an eligible GPU.
+	WaitForPlan bool
+	// PendingTTL forgets pods not seen in a filter call for this long
+	// (they were scheduled elsewhere or deleted); default 10 minutes.
+	PendingTTL time.Duration
+	Log        *slog.Logger
+
+	plan    atomic.Pointer[plan.Plan]
+	reports atomic.Pointer[[]profile.NodeReport]
+	mu      sync.Mutex
+	pending map[string]pendingJob
+}
+
+type pendingJob struct {
+	job  plan.Job
+	seen time.Time
+}
+
+// NewServer returns a Server with no plan yet.
+func NewServer(log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{WaitForPlan: true, Log: log, pending: map[string]pendingJob{}}
+}
+
+// SetPlan publishes a new plan; calls in flight keep the one they read.
+func (s *Server) SetPlan(p *plan.Plan, reports []profile.NodeReport) {
+	s.reports.Store(&reports)
+	s.plan.Store(p)
+}
+
+// Plan returns the latest plan, or nil.
+func (s *Server) Plan() *plan.Plan { return s.plan.Load() }
+
+// PendingJobs returns the offline pods seen recently and not yet placed by
+// the scheduler, for the next planning round.
+func (s *Server) PendingJobs(now time.Time) []plan.Job {
+	ttl := s.PendingTTL
+	if ttl == 0 {
+		ttl = 10 * time.Minute
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]plan.Job, 0, len(s.pending))
+	for id, p := range s.pending {
+		if now.Sub(p.seen) > ttl {
+			delete(s.pending, id)
+			continue
+		}
+		out = append(out, p.job)
+	}
+	return out
+}
+
+// Handler routes the extender verbs and the plan endpoints:
+//
+//	POST /filter, /prioritize      kube-scheduler extender verbs
+//	GET  /v1/plan                  the latest plan
+//	GET  /v1/plan/{ns}/{name}      one pod's assignment (muxd picks the GPU)
+//	GET  /healthz
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /filter", s.filter)
+	mux.HandleFunc("POST /prioritize", s.prioritize)
+	mux.HandleFunc("GET /v1/plan", s.getPlan)
+	mux.HandleFunc("GET /v1/plan/{ns}/{name}", s.getAssignment)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	return mux
+}
+
+func (s *Server) getPlan(w http.ResponseWriter, _ *http.Request) {
+	p := s.Plan()
+	if p == nil {
+		httpError(w, http.StatusServiceUnavailable, "no plan yet: the first planning round has not finished")
+		return
+	}
+	writeJSON(w, p)
+}
+
+func (s *Server) getAssignment(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("ns") + "/" + r.PathValue("name")
+	if !validPodID(id) {
+		httpError(w, http.StatusBadRequest, "pod must be named namespace/name with DNS-label parts")
+		return
+	}
+	p := s.Plan()
+	if p == nil {
+		httpError(w, http.StatusServiceUnavailable, "no plan yet: the first planning round has not finished")
+		return
+	}
+	if a, ok := assignmentOf(p, id); ok {
+		writeJSON(w, a)
+		return
+	}
+	reason := p.Unassigned[id]
+	if reason == "" {
+		reason = "not in the current plan"
+	}
+	httpError(w, http.StatusNotFound, fmt.Sprintf("pod %s has no assignment: %s", id, reason))
+}
+
+var podIDPart = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
+func validPodID(id string) bool {
+	ns, name, ok := strings.Cut(id, "/")
+	return ok && len(ns) <= 63 && podIDPart.MatchString(ns) && podIDPart.MatchString(name)
+}
+
+func assignmentOf(p *plan.Plan, id string) (plan.Assignment, bool) {
+	// Assignments are sorted by job id.
+	lo, hi := 0, len(p.Assignments)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if p.Assignments[m].Job < id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(p.Assignments) && p.Assignments[lo].Job == id {
+		return p.Assignments[lo], true
+	}
+	return plan.Assignment{}, false
+}
+
+// decodeArgs reads an ExtenderArgs body as kube-scheduler sends it.
+func decodeArgs(w http.ResponseWriter, r *http.Request) (*extenderv1.ExtenderArgs, error) {
+	var args extenderv1.ExtenderArgs
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&args); err != nil {
+		return nil, fmt.Errorf("decode extender args: %w", err)
+	}
+	if args.Pod == nil {
+		return nil, errors.New("extender args without a pod")
+	}
+	if args.Nodes == nil && args.NodeNames == nil {
+		return nil, errors.New("extender args without candidate nodes")
+	}
+	return &args, nil
+}
+
+func candidateNames(args *extenderv1.ExtenderArgs) []string {
+	if args.NodeNames != nil {
+		return *args.NodeNames
+	}
+	names := make([]string, len(args.Nodes.Items))
+	for i, n := range args.Nodes.Items {
+		names[i] = n.Name
+	}
+	return names
+}
+
+// jobOf reads an offline pod's job description from its annotations; ok is
+// false for pods that are not offline.
+func jobOf(pod *corev1.Pod) (plan.Job, bool, error) {
+	if pod.Annotations[AnnotationClass] != "offline" {
+		return plan.Job{}, false, nil
+	}
+	j := plan.Job{ID: pod.Namespace + "/" + pod.Name}
+	if raw, ok := pod.Annotations[AnnotationProfile]; ok {
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&j.Profile); err != nil {
+			return j, true, fmt.Errorf("annotation %s: %w", AnnotationProfile, err)
+		}
+	}
+	if raw, ok := pod.Annotations[AnnotationGPUMemory]; ok {
+		mib, err := ParseMiB(raw)
+		if err != nil {
+			return j, true, fmt.Errorf("annotation %s: %w", AnnotationGPUMemory, err)
+		}
+		j.MemoryMiB = mib
+	}
+	if raw := strings.TrimSpace(pod.Annotations[AnnotationGPUType]); raw != "" {
+		for _, t := range strings.Split(raw, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				j.GPUTypes = append(j.GPUTypes, t)
+			}
+		}
+	}
+	return j, true, j.Validate()
+}
+
+// ParseMiB reads a memory size as people write it ("8GiB", "512MiB",
+// "1.5GiB", or a bare number of MiB).
+func ParseMiB(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mib    float64
+	}{{"TiB", 1 << 20}, {"GiB", 1024}, {"MiB", 1}, {"Ti", 1 << 20}, {"Gi", 1024}, {"Mi", 1}}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mib
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("%q is not a memory size like 8GiB or 512MiB", s)
+	}
+	return v * mult, nil
+}
+
+func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
+	args, err := decodeArgs(w, r)
+	if err != nil {
+		writeJSON(w, extenderv1.ExtenderFilterResult{Error: err.Error()})
+		return
+	}
+	names := candidateNames(args)
+	job, offline, err := jobOf(args.Pod)
+	if err != nil {
+		writeJSON(w, extenderv1.ExtenderFilterResult{Error: fmt.Sprintf("pod %s/%s: %v", args.Pod.Namespace, args.Pod.Name, err)})
+		return
+	}
+	if !offline {
+		// Not ours to steer: every candidate passes.
+		writeJSON(w, filterResult(args, names, nil))
+		return
+	}
+	s.remember(job)
+	failed := extenderv1.FailedNodesMap{}
+	keep := map[string]bool{}
+	p := s.Plan()
+	a, planned := plan.Assignment{}, false
+	if p != nil {
+		a, planned = assignmentOf(p, job.ID)
+	}
+	switch {
+	case planned:
+		for _, n := range names {
+			if n == a.Node {
+				keep[n] = true
+			} else {
+				failed[n] = fmt.Sprintf("muxflow plan %d places this pod on %s (GPU %s)", p.Generation, a.Node, a.GPU)
+			}
+		}
+	case s.WaitForPlan:
+		msg := "waiting for the muxflow matcher to place this offline pod"
+		if p != nil && p.Unassigned[job.ID] != "" {
+			msg = "muxflow matcher: " + p.Unassigned[job.ID]
+		}
+		for _, n := range names {
+			failed[n] = msg
+		}
+	default:
+		eligible := s.eligibleNodes(job)
+		for _, n := range names {
+			if eligible[n] {
+				keep[n] = true
+			} else {
+				failed[n] = "no healthy GPU here with the memory and type this pod needs"
+			}
+		}
+	}
+	s.Log.Debug("filter", "pod", job.ID, "candidates", len(names), "kept", len(keep), "planned", planned)
+	res := filterResult(args, names, keep)
+	res.FailedNodes = failed
+	writeJSON(w, res)
+}
+
+// filterResult answers in the form the request used: NodeNames for a
+// node-cache-capable extender, full Nodes otherwise. keep nil keeps all.
+func filterResult(args *extenderv1.ExtenderArgs, names []string, keep map[string]bool) extenderv1.ExtenderFilterResult {
+	var res extenderv1.ExtenderFilterResult
+	if args.NodeNames != nil {
+		out := []string{}
+		for _, n := range names {
+			if keep == nil || keep[n] {
+				out = append(out, n)
+			}
+		}
+		res.NodeNames = &out
+		return res
+	}
+	list := &corev1.NodeList{Items: []corev1.Node{}}
+	for _, n := range args.Nodes.Items {
+		if keep == nil || keep[n.Name] {
+			list.Items = append(list.Items, n)
+		}
+	}
+	res.Nodes = list
+	return res
+}
+
+func (s *Server) remember(j plan.Job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending[j.ID] = pendingJob{job: j, seen: time.Now()}
+}
+
+// eligibleNodes lists nodes with a GPU that could take job now.
+func (s *Server) eligibleNodes(j plan.Job) map[string]bool {
+	out := map[string]bool{}
+	rp := s.reports.Load()
+	if rp == nil {
+		return out
+	}
+	mem := j.MemoryMiB
+	if mem == 0 {
+		mem = j.Profile.MemoryMiB
+	}
+	for _, r := range *rp {
+		for _, g := range r.GPUs {
+			if g.Health == profile.Healthy && len(g.Offline) == 0 && mem <= g.MemoryFreeMiB &&
+				(len(j.GPUTypes) == 0 || contains(j.GPUTypes, g.Type)) {
+				out[r.Node.Name] = true
+			}
+		}
+	}
+	return out
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) prioritize(w http.ResponseWriter, r *http.Request) {
+	args, err := decodeArgs(w, r)
+	if err != nil {
+		// The prioritize verb has no error field: answer with an HTTP
+		// error, which kube-scheduler logs and treats as no preference.
+		httpError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	names := candidateNames(args)
+	out := make(extenderv1.HostPriorityList, len(names))
+	job, offline, err := jobOf(args.Pod)
+	var a plan.Assignment
+	planned := false
+	if p := s.Plan(); err == nil && offline && p != nil {
+		a, planned = assignmentOf(p, job.ID)
+	}
+	for i, n := range names {
+		out[i] = extenderv1.HostPriority{Host: n, Score: extenderv1.MinExtenderPriority}
+		if planned && n == a.Node {
+			out[i].Score = extenderv1.MaxExtenderPriority
+		}
+	}
+	writeJSON(w, out)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		slog.Warn("write response", "err", err)
+	}
+}
+
+func httpError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
