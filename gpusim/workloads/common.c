@@ -74,6 +74,9 @@ int drv_load(struct drv *d, int use_dlsym)
 		{"cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2", (void **)&d->MemcpyHtoDAsync},
 		{"cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", (void **)&d->MemcpyDtoHAsync},
 		{"cuGetErrorName", "cuGetErrorName", (void **)&d->GetErrorName},
+		{"cuEventCreate", "cuEventCreate", (void **)&d->EventCreate},
+		{"cuEventRecord", "cuEventRecord", (void **)&d->EventRecord},
+		{"cuEventElapsedTime", "cuEventElapsedTime", (void **)&d->EventElapsedTime},
 	};
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
 		if (resolve(lib, gp, t[i].plain, t[i].exported, t[i].slot) != 0)

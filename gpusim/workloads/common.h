@@ -38,6 +38,9 @@ struct drv {
 	CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*GetErrorName)(CUresult, const char **);
+	CUresult (*EventCreate)(CUevent *, unsigned int);
+	CUresult (*EventRecord)(CUevent, CUstream);
+	CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
 };
 
 /* drv_load fills d; use_dlsym chooses plain dlsym over cuGetProcAddress.

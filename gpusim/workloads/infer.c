@@ -231,6 +231,14 @@ int main(int argc, char **argv)
 		return 3;
 	}
 	char *host = io > 0 ? calloc(1, io) : NULL;
+	/* events around each request give its GPU-side time (no queueing, no
+	 * host-side delays) */
+	CUevent ev0, ev1;
+	if ((r = d.EventCreate(&ev0, 0)) != CUDA_SUCCESS || (r = d.EventCreate(&ev1, 0)) != CUDA_SUCCESS) {
+		printf("{\"error\":\"events: %s\"}\n", drv_errname(&d, r));
+		return 3;
+	}
+	struct latencies gpu = {0};
 
 	struct latencies lat = {0};
 	long requests = 0, errors = 0;
@@ -240,16 +248,21 @@ int main(int argc, char **argv)
 	while (arrival < duration) {
 		sleep_until(t0 + arrival);
 		requests++;
-		r = CUDA_SUCCESS;
-		if (io > 0)
+		r = d.EventRecord(ev0, st);
+		if (r == CUDA_SUCCESS && io > 0)
 			r = d.MemcpyHtoDAsync(buf, host, io, st);
 		for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
 			r = d.LaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, st, NULL, NULL);
 		if (r == CUDA_SUCCESS && io > 0)
 			r = d.MemcpyDtoHAsync(host, buf, io, st);
 		if (r == CUDA_SUCCESS)
+			r = d.EventRecord(ev1, st);
+		if (r == CUDA_SUCCESS)
 			r = d.StreamSynchronize(st);
 		double done = now_s() - t0;
+		float gms = 0;
+		if (r == CUDA_SUCCESS)
+			r = d.EventElapsedTime(&gms, ev0, ev1);
 		if (r != CUDA_SUCCESS) {
 			errors++;
 			if (first == CUDA_SUCCESS)
@@ -258,6 +271,7 @@ int main(int argc, char **argv)
 				break; /* a dead context serves nothing more */
 		} else {
 			lat_add(&lat, (done - arrival) * 1000);
+			lat_add(&gpu, gms);
 		}
 		arrival = next_arrival(&tr, arrival, poisson);
 	}
@@ -265,14 +279,19 @@ int main(int argc, char **argv)
 	if (elapsed < duration && first == CUDA_SUCCESS)
 		elapsed = duration;
 	double p50 = lat_pct(&lat, 50), p95 = lat_pct(&lat, 95), p99 = lat_pct(&lat, 99);
-	double mean = 0;
+	double mean = 0, gmean = 0;
 	for (size_t i = 0; i < lat.n; i++)
 		mean += lat.v[i];
 	mean = lat.n ? mean / (double)lat.n : 0;
+	for (size_t i = 0; i < gpu.n; i++)
+		gmean += gpu.v[i];
+	gmean = gpu.n ? gmean / (double)gpu.n : 0;
+	double gp50 = lat_pct(&gpu, 50), gp99 = lat_pct(&gpu, 99);
 	printf("{\"requests\":%ld,\"completed\":%zu,\"errors\":%ld,\"first_error\":\"%s\",\"duration_s\":%.3f,"
-	       "\"qps\":%.2f,\"p50_ms\":%.3f,\"p95_ms\":%.3f,\"p99_ms\":%.3f,\"mean_ms\":%.3f}\n",
+	       "\"qps\":%.2f,\"p50_ms\":%.3f,\"p95_ms\":%.3f,\"p99_ms\":%.3f,\"mean_ms\":%.3f,"
+	       "\"gpu_p50_ms\":%.3f,\"gpu_p99_ms\":%.3f,\"gpu_mean_ms\":%.3f}\n",
 	       requests, lat.n, errors, first == CUDA_SUCCESS ? "" : drv_errname(&d, first), elapsed,
-	       (double)lat.n / elapsed, p50, p95, p99, mean);
+	       (double)lat.n / elapsed, p50, p95, p99, mean, gp50, gp99, gmean);
 	fflush(stdout);
 	if (first != CUDA_SUCCESS)
 		return 3;

@@ -113,29 +113,43 @@ int main(int argc, char **argv)
 		}
 		d.GraphDestroy(g);
 	}
+	/* events around each step give its GPU time, free of host-side delays */
+	CUevent ev0, ev1;
+	if ((r = d.EventCreate(&ev0, 0)) != CUDA_SUCCESS || (r = d.EventCreate(&ev1, 0)) != CUDA_SUCCESS) {
+		printf("{\"iterations\":0,\"it_per_s\":0,\"errors\":1,\"first_error\":\"%s\",\"failed_at\":\"events\"}\n",
+		       drv_errname(&d, r));
+		return 3;
+	}
 	long done = 0, errors = 0;
+	double gpu_ms = 0;
 	CUresult first = CUDA_SUCCESS;
 	double t0 = now_s();
 	while (iters > 0 ? done < iters : now_s() - t0 < duration) {
-		r = CUDA_SUCCESS;
-		if (graph)
+		r = d.EventRecord(ev0, st);
+		if (r == CUDA_SUCCESS && graph)
 			r = d.GraphLaunch(exec, st);
-		else
+		else if (r == CUDA_SUCCESS)
 			for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
 				r = d.LaunchKernel(fn, i < nbig ? big_grid : small_grid, 1, 1, 256, 1, 1, 0, st, NULL, NULL);
 		if (r == CUDA_SUCCESS)
+			r = d.EventRecord(ev1, st);
+		if (r == CUDA_SUCCESS)
 			r = d.StreamSynchronize(st);
+		float ms = 0;
+		if (r == CUDA_SUCCESS)
+			r = d.EventElapsedTime(&ms, ev0, ev1);
 		if (r != CUDA_SUCCESS) {
 			errors++;
 			first = r;
 			break;
 		}
+		gpu_ms += ms;
 		done++;
 	}
 	double el = now_s() - t0;
-	printf("{\"iterations\":%ld,\"it_per_s\":%.3f,\"duration_s\":%.3f,\"errors\":%ld,\"first_error\":\"%s\","
+	printf("{\"iterations\":%ld,\"it_per_s\":%.3f,\"gpu_ms_per_iter\":%.3f,\"duration_s\":%.3f,\"errors\":%ld,\"first_error\":\"%s\","
 	       "\"mem_bytes\":%llu,\"graph\":%s,\"kernels_per_iter\":%d}\n",
-	       done, el > 0 ? (double)done / el : 0, el, errors, first == CUDA_SUCCESS ? "" : drv_errname(&d, first),
+	       done, el > 0 ? (double)done / el : 0, done ? gpu_ms / (double)done : 0, el, errors, first == CUDA_SUCCESS ? "" : drv_errname(&d, first),
 	       (unsigned long long)mem, graph ? "true" : "false", kernels);
 	fflush(stdout);
 	if (first != CUDA_SUCCESS)
