@@ -125,6 +125,9 @@ type Alloc struct {
 	StaticShare Percent `toml:"static_share"`
 	// GiveBack is how fast (per period) the offline share may grow back after a cut.
 	GiveBack Percent `toml:"give_back"`
+	// DayLength is the period of the online workload's daily pattern, which the
+	// allocator learns; experiments on compressed time shorten it.
+	DayLength Duration `toml:"day_length"`
 }
 
 // Errors configures the mixed error handler.
@@ -243,6 +246,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.Alloc.Headroom > 50 {
 		add("alloc.headroom", "must be at most 50%%, got %v%%", float64(p.Alloc.Headroom))
+	}
+	if p.Alloc.DayLength.D() < 10e9 {
+		add("alloc.day_length", "must be at least 10s, got %v", p.Alloc.DayLength.D())
 	}
 	if p.Alloc.GiveBack <= 0 {
 		add("alloc.give_back", "must be above 0%%")

@@ -78,7 +78,7 @@ type Status struct {
 }
 
 // AllocConfig maps the policy onto the allocator's configuration.
-func AllocConfig(p *policy.Policy, dayLength time.Duration) alloc.Config {
+func AllocConfig(p *policy.Policy) alloc.Config {
 	return alloc.Config{
 		Mode:        alloc.Mode(p.Alloc.Mode),
 		Headroom:    p.Alloc.Headroom.Fraction(),
@@ -86,7 +86,7 @@ func AllocConfig(p *policy.Policy, dayLength time.Duration) alloc.Config {
 		GiveBack:    p.Alloc.GiveBack.Fraction(),
 		OfflineMin:  p.Classes.Offline.SMMin.Fraction(),
 		OfflineMax:  p.Classes.Offline.SMMax.Fraction(),
-		DayLength:   dayLength,
+		DayLength:   p.Alloc.DayLength.D(),
 	}
 }
 
@@ -117,7 +117,7 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		g.allocs, g.lastState, g.launches = map[string]*alloc.GPU{}, map[string]monitor.State{}, map[string]uint64{}
 		g.decisions, g.handling = map[string]alloc.Decision{}, map[string]bool{}
 	}
-	cfg := AllocConfig(p, g.allocCfg.DayLength)
+	cfg := AllocConfig(p)
 	if cfg != g.allocCfg {
 		// A policy reload: restart the allocators with the new settings (shares will
 		// ramp up from their cut values as usual).
