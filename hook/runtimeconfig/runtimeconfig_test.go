@@ -290,3 +290,21 @@ func TestContainerdAcceptsConfig(t *testing.T) {
 		})
 	}
 }
+
+// FuzzEditContainerd: on any input the editor either refuses or returns a file in which
+// the muxflow runtime is exactly right and nothing else changed (editContainerd checks
+// both by decoding); removing it again must then succeed.
+func FuzzEditContainerd(f *testing.F) {
+	f.Add(v2Doc)
+	f.Add(v3Doc)
+	f.Add("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.muxflow]\nx = '''\n[a]\n'''\n")
+	f.Fuzz(func(t *testing.T, doc string) {
+		out, err := editContainerd(doc, bin, false)
+		if err != nil {
+			return
+		}
+		if _, err := editContainerd(out, bin, true); err != nil {
+			t.Fatalf("cannot remove what was added: %v\n%s", err, out)
+		}
+	})
+}

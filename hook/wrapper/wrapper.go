@@ -238,6 +238,9 @@ func (w *Wrapper) wire(log *slog.Logger, inv front.Invocation, b *bundle, s *spe
 	if _, err := os.Stat(p.Hook.LibXCUDA); err != nil {
 		return fmt.Errorf("libxcuda is not installed at %s (policy hook.libxcuda)", p.Hook.LibXCUDA)
 	}
+	if st, err := os.Stat(p.MPS.PipeDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("the MPS pipe directory %s (policy mps.pipe_dir) does not exist; is muxd's MPS daemon running?", p.MPS.PipeDir)
+	}
 	image, err := b.imagePreload(s)
 	if err != nil {
 		return err

@@ -72,6 +72,9 @@ func newEnv(t *testing.T) *env {
 	p.Node.StateDir = filepath.Join(dir, "state")
 	p.Node.Socket = filepath.Join(dir, "run", "muxd.sock")
 	p.MPS.PipeDir = filepath.Join(dir, "mps")
+	if err := os.MkdirAll(p.MPS.PipeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	p.Hook.Runtime = filepath.Join(bin, "runc")
 	p.Hook.LibXCUDA = filepath.Join(bin, "libxcuda.so")
 	e.policy = p
@@ -178,7 +181,7 @@ func TestPassThroughCommands(t *testing.T) {
 
 func TestGPUContainerIsWired(t *testing.T) {
 	e := newEnv(t)
-	b, _ := e.bundle("b", []string{"NVIDIA_VISIBLE_DEVICES=0,1"}, map[string]string{
+	b, _ := e.bundle("bundle with spaces", []string{"NVIDIA_VISIBLE_DEVICES=0,1"}, map[string]string{
 		"muxflow.io/class": "offline", "muxflow.io/sm-percent": "40",
 		"io.kubernetes.cri.sandbox-namespace": "ml", "io.kubernetes.cri.sandbox-name": "train-0",
 	})
@@ -294,6 +297,17 @@ func TestFailuresAfterRegistrationUnregister(t *testing.T) {
 		e.policy.Hook.LibXCUDA = filepath.Join(e.dir, "nope.so")
 		b, _ := e.bundle("b", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil)
 		if err := e.run("create", "--bundle", b, "c1"); err == nil || !strings.Contains(err.Error(), "libxcuda is not installed") {
+			t.Fatalf("err = %v", err)
+		}
+		if diff := cmp.Diff([]string{"c1"}, e.muxd.unregistered); diff != "" {
+			t.Error(diff)
+		}
+	})
+	t.Run("MPS pipe directory missing", func(t *testing.T) {
+		e := newEnv(t)
+		e.policy.MPS.PipeDir = filepath.Join(e.dir, "no-mps")
+		b, _ := e.bundle("b", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil)
+		if err := e.run("create", "--bundle", b, "c1"); err == nil || !strings.Contains(err.Error(), "mps.pipe_dir") {
 			t.Fatalf("err = %v", err)
 		}
 		if diff := cmp.Diff([]string{"c1"}, e.muxd.unregistered); diff != "" {
