@@ -2,6 +2,7 @@ package xcudatest
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,7 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/muxflow/muxflow/gpusim/simclient"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 )
 
@@ -37,6 +40,7 @@ type harness struct {
 	// driverDir holds the libcuda.so.1 programs load (the stub by default).
 	driverDir string
 	preload   bool
+	extraEnv  []string
 }
 
 func newHarness(t testing.TB, l ctlblock.Limits) *harness {
@@ -59,7 +63,38 @@ func (h *harness) env() []string {
 	if h.preload {
 		env = append(env, "LD_PRELOAD="+filepath.Join(h.build, "lib", "libxcuda.so"))
 	}
-	return env
+	return append(env, h.extraEnv...)
+}
+
+// useGpusim points the harness at a fresh gpusimd (one simulated H100)
+// and its fake libcuda instead of the stub driver.
+func (h *harness) useGpusim(t testing.TB) *simclient.Daemon {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := simclient.Start(ctx, simclient.Options{GPUs: "h100"})
+	if err != nil {
+		t.Fatalf("start gpusim (needs `make build`): %v", err)
+	}
+	t.Cleanup(d.Stop)
+	h.driverDir = d.Artifacts.LibDir
+	for _, e := range d.Env() {
+		if !strings.HasPrefix(e, "LD_LIBRARY_PATH=") {
+			h.extraEnv = append(h.extraEnv, e)
+		}
+	}
+	return d
+}
+
+// gpusimCommand runs one of gpusim's workload programs under the harness.
+func (h *harness) gpusimCommand(d *simclient.Daemon, prog string, args ...string) *exec.Cmd {
+	path := d.Artifacts.Train
+	if prog == "infer" {
+		path = d.Artifacts.Infer
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = h.env()
+	return cmd
 }
 
 func (h *harness) command(prog string, args ...string) *exec.Cmd {
