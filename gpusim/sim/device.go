@@ -259,10 +259,8 @@ func (d *Device) schedule() {
 	} else {
 		d.sliceSet = false
 	}
-	for _, o := range d.running {
-		o.alloc, o.rate = 0, 0
-	}
-	d.running = d.running[:0]
+	prev := d.running
+	d.running = d.running[:0:0]
 	var kern []*op
 	var h2d, d2h, d2d []*op
 	for _, g := range d.groups {
@@ -289,6 +287,10 @@ func (d *Device) schedule() {
 				}
 			}
 		}
+	}
+	d.admit(kern)
+	for _, o := range prev {
+		o.alloc, o.rate = 0, 0
 	}
 	// max-min fair share of SMs, each kernel capped by its need and its
 	// context's active-thread limit
@@ -363,7 +365,44 @@ func (d *Device) schedule() {
 func (d *Device) ctxOf(o *op) *Context { return o.ctx }
 
 func (d *Device) demand(o *op) float64 {
-	return math.Min(float64(o.sReq), d.ctxOf(o).smCap)
+	w := math.Min(float64(o.sReq), d.ctxOf(o).smCap)
+	if d.t < o.joinAt {
+		w = math.Min(w, o.freeCap)
+	}
+	return w
+}
+
+// admit handles kernels that start now. The block scheduler hands a new
+// kernel only SMs that are free; SMs held by running kernels come free as
+// their resident blocks finish, on average half a block time later. Until
+// then (joinAt) the newcomer runs on the free SMs alone. This is why an
+// uncapped neighbour delays a small online kernel under MPS, and a capped
+// one (leaving SMs free) does not.
+func (d *Device) admit(kern []*op) {
+	busy, block := 0.0, 0.0
+	for _, o := range kern {
+		if o.started {
+			busy += o.alloc
+			if o.alloc > 0 && o.rate > 0 {
+				// a block takes longer when the kernel runs slowed down
+				block = math.Max(block, o.blockNs*(o.alloc/float64(o.sReq))/o.rate)
+			}
+		}
+	}
+	for _, o := range kern {
+		if o.started {
+			continue
+		}
+		o.started = true
+		want := math.Min(float64(o.sReq), d.ctxOf(o).smCap)
+		free := math.Max(0, float64(d.p.SMs)-busy)
+		if free >= want || block == 0 {
+			busy += want
+			continue
+		}
+		o.freeCap, o.joinAt = free, d.t+block/2
+		busy += free
+	}
 }
 
 func (d *Device) nextGroup(withWork []*group) *group {
@@ -403,6 +442,9 @@ func (d *Device) nextEvent() float64 {
 		if o.rate > 0 {
 			tn = math.Min(tn, d.t+math.Max(0, o.rem)/o.rate)
 		}
+		if o.joinAt > d.t {
+			tn = math.Min(tn, o.joinAt)
+		}
 	}
 	if d.sliceSet && !d.hung && !d.dirty {
 		tn = math.Min(tn, d.sliceEnd)
@@ -441,8 +483,15 @@ func (d *Device) progress(dt float64) {
 	d.energyJ += d.power * dt / 1e9
 }
 
-// completeDue pops finished operations and ends an expired slice.
+// completeDue pops finished operations, lets waiting kernels take their
+// share, and ends an expired slice.
 func (d *Device) completeDue() {
+	for _, o := range d.running {
+		if o.joinAt != 0 && o.joinAt <= d.t {
+			o.joinAt = 0
+			d.dirty = true
+		}
+	}
 	for _, g := range d.groups {
 		for _, x := range g.ctxs {
 			for _, st := range x.streams {

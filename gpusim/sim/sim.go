@@ -200,6 +200,11 @@ type op struct {
 	rate   float64
 	client *Client
 	ctx    *Context
+	// block-level admission (kernels only)
+	blockNs float64 // time of one block wave at full speed
+	started bool    // has been admitted to the SMs
+	joinAt  float64 // until then it may use only freeCap SMs
+	freeCap float64
 }
 
 // Stream is an in-order queue of operations.
@@ -495,7 +500,7 @@ func (c *Client) Launch(stream, fn uint32, grid, block [3]uint32) Result {
 	if err != nil {
 		return ErrInvalidValue
 	}
-	r := c.enqueue(stream, &op{kind: opKernel, rem: ns, sReq: sReq, bw: f.BW})
+	r := c.enqueue(stream, &op{kind: opKernel, rem: ns, sReq: sReq, bw: f.BW, blockNs: f.BlockNs})
 	if r == Success {
 		c.stats[st.ctx.dev.index].Launches++
 	}

@@ -362,3 +362,30 @@ func BenchmarkModelLaunch(b *testing.B) {
 	c.Sync(SyncStream, 100, func(r Result) { done <- r })
 	<-done
 }
+
+func TestNewcomerWaitsForBlocksUnlessSMsAreFree(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		atp      float64 // the busy neighbour's cap
+		want     time.Duration
+		describe string
+	}{
+		{"uncapped neighbour", 0, 1500 * time.Microsecond, "half a 1ms block of wait, then 1ms"},
+		{"neighbour capped at 70%", 70, 1000 * time.Microsecond, "39 SMs were free: no wait"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestSim(t, "h100")
+			if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+				t.Fatal(err)
+			}
+			busy, online := newProc(t, s, 1, 999, tc.atp), newProc(t, s, 2, 999, 0)
+			// 20 waves of 1ms blocks over the whole GPU
+			busy.c.Launch(busy.st, 10, [3]uint32{132 * 8 * 20, 1, 1}, [3]uint32{256, 1, 1})
+			time.Sleep(2 * time.Millisecond)
+			got := online.run(t, 11, 33, 1) // 33 SMs for 1ms
+			if !near(got, tc.want, 0.1) {
+				t.Errorf("online kernel took %v, want %v (%s)", got, tc.want, tc.describe)
+			}
+		})
+	}
+}

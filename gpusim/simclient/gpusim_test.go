@@ -273,7 +273,8 @@ func TestDirtyExitFaultsMPSNeighbours(t *testing.T) {
 				startMPS(t, d)
 			}
 			online := spawn(t, d, nil, a.Infer, "--rate", "constant:100", "--duration", "1.5", "--io-bytes", "0")
-			offline := spawn(t, d, nil, a.Train, append([]string{"--duration", "30"}, bigTrain...)...)
+			// one 1s kernel: whenever it is killed, it has a kernel in flight
+			offline := spawn(t, d, nil, a.Train, "--iters", "1", "--kernels", "1", "--big-share", "1", "--kernel-us", "500000", "--mem", "0")
 			waitLaunches(t, d, offline)
 			_ = offline.cmd.Process.Signal(syscall.SIGKILL) // dies with kernels in flight
 			_ = offline.cmd.Wait()
