@@ -219,7 +219,7 @@ func TestContainerd(t *testing.T) {
 		if pid := e.taskPID(t, id); c.State != api.StateRunning || c.PID != pid {
 			t.Errorf("muxd has state %q pid %d, want running with the host pid %d", c.State, c.PID, pid)
 		}
-		if c.Class != api.Offline || c.Limits.GPUMemory != 4<<30 || fmt.Sprint(c.GPUs) != "[0]" {
+		if c.Class != api.Offline || c.Limits.GPUMemory != 4<<30 || fmt.Sprint(c.GPUs) != "[0]" || c.Namespace != "muxflow-e2e" {
 			t.Errorf("registered %+v", c.RegisterRequest)
 		}
 		before, _ := os.ReadFile(filepath.Join(e.outDir, id+".before.json"))

@@ -191,7 +191,7 @@ func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []str
 	}
 	req := api.RegisterRequest{
 		ID: inv.ID, Class: class, GPUs: gpus, Limits: limits,
-		Namespace: annotation(s.Annotations, "io.kubernetes.cri.sandbox-namespace", 256),
+		Namespace: containerdNamespace(inv.Bundle),
 		Pod:       podName(s.Annotations),
 	}
 	if err := req.Validate(); err != nil {
@@ -292,6 +292,38 @@ func annotation(ann map[string]string, key string, limit int) string {
 	return v
 }
 
+// containerdNamespace reads the containerd namespace (k8s.io, moby, ...) from the bundle
+// path containerd's runc shim uses, <state>/io.containerd.runtime.v2.task/<namespace>/<id>;
+// muxd needs it to stop the container through containerd. Other callers have none.
+func containerdNamespace(bundle string) string {
+	parent := filepath.Dir(bundle)
+	if filepath.Base(filepath.Dir(parent)) != "io.containerd.runtime.v2.task" {
+		return ""
+	}
+	ns := filepath.Base(parent)
+	if len(ns) > 76 || !validNamespace(ns) {
+		return ""
+	}
+	return ns
+}
+
+// validNamespace follows containerd's rule: labels of letters and digits, joined by '.',
+// '_' or '-' inside a label.
+func validNamespace(ns string) bool {
+	if ns == "" {
+		return false
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || i == len(ns)-1 || (c != '.' && c != '_' && c != '-')) {
+			return false
+		}
+	}
+	return true
+}
+
+// podName is "namespace/name" from the annotations containerd's CRI plugin sets.
 func podName(ann map[string]string) string {
 	ns, name := annotation(ann, "io.kubernetes.cri.sandbox-namespace", 253), annotation(ann, "io.kubernetes.cri.sandbox-name", 253)
 	if ns == "" || name == "" {

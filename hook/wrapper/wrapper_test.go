@@ -190,7 +190,7 @@ func TestGPUContainerIsWired(t *testing.T) {
 	if err := e.run("--log", log, "--log-format", "json", "create", "--bundle", b, "c1"); err != nil {
 		t.Fatal(err)
 	}
-	wantReq := []api.RegisterRequest{{ID: "c1", Class: api.Offline, GPUs: []string{"0", "1"}, Limits: api.Limits{SMPercent: 40}, Namespace: "ml", Pod: "ml/train-0"}}
+	wantReq := []api.RegisterRequest{{ID: "c1", Class: api.Offline, GPUs: []string{"0", "1"}, Limits: api.Limits{SMPercent: 40}, Pod: "ml/train-0"}}
 	if diff := cmp.Diff(wantReq, e.muxd.registered); diff != "" {
 		t.Errorf("registration (-want +got):\n%s", diff)
 	}
@@ -391,6 +391,21 @@ func TestHostileBundles(t *testing.T) {
 			t.Fatal("no error")
 		}
 	})
+}
+
+func TestContainerdNamespace(t *testing.T) {
+	for in, want := range map[string]string{
+		"/run/containerd/io.containerd.runtime.v2.task/k8s.io/abc": "k8s.io",
+		"/run/containerd/io.containerd.runtime.v2.task/moby/abc":   "moby",
+		"/run/containerd/io.containerd.runtime.v2.task/-bad/abc":   "",
+		"/run/containerd/io.containerd.runtime.v2.task/a b/abc":    "",
+		"/srv/bundles/abc": "",
+		"/run/containerd/io.containerd.runtime.v2.task/../etc/abc": "",
+	} {
+		if got := containerdNamespace(filepath.Clean(in)); got != want {
+			t.Errorf("containerdNamespace(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 func TestPatchSpecKeepsUnknownFields(t *testing.T) {
