@@ -44,7 +44,7 @@ type Limits struct {
 	// MaxInFlight bounds launches in flight while throttled (0 = default 4,
 	// at most 64); it bounds how long a cut takes to bite.
 	MaxInFlight uint32
-	// Burst is the token-bucket depth in GPU time (0 = default 20ms).
+	// Burst is the token-bucket depth in GPU time (0 = default 50ms).
 	Burst time.Duration
 	// MPSActiveThreadPercent is exported to the process as
 	// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE before the driver starts (0 = unset).

@@ -32,7 +32,7 @@
 
 #define XCUDA_DEFAULT_MAX_INFLIGHT 4u
 #define XCUDA_MAX_INFLIGHT_CAP 64u
-#define XCUDA_DEFAULT_BURST_NS 20000000ull /* 20 ms of GPU time */
+#define XCUDA_DEFAULT_BURST_NS 50000000ull /* 50 ms of GPU time */
 
 /* fail_policy: what libxcuda does when the block is missing or invalid. */
 #define XCUDA_FAIL_OPEN 0u   /* pass everything through to the driver */

@@ -72,12 +72,14 @@ static void refill(uint32_t share)
     int64_t burst = (int64_t)burst_ns();
     uint64_t last = XC_LOAD(&u->bucket_refill_ns);
     if (last == 0 || now < last || now - last > 10000000000ull) {
-        /* First use, or idle for long: start from a full bucket. */
+        /* First use starts from an empty bucket (no burst above the share
+         * in the first window); after a long idle period, from a full one. */
         if (__atomic_compare_exchange_n(&u->bucket_refill_ns, &last, now, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED)) {
             int64_t t = XC_LOAD(&u->bucket_tokens_ns);
-            if (t < burst)
-                XC_STORE(&u->bucket_tokens_ns, t < 0 ? t + burst : burst);
+            int64_t start = last == 0 ? 0 : burst;
+            if (t < start)
+                XC_STORE(&u->bucket_tokens_ns, t < 0 ? t + start : start);
         }
         return;
     }
@@ -230,8 +232,8 @@ CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t)
             uint64_t w = share ? (uint64_t)(-tokens) * XCUDA_SHARE_FULL / share : 1000000;
             if (w < 20000)
                 w = 20000;
-            if (w > 5000000)
-                w = 5000000; /* re-read the limits at least every 5 ms */
+            if (w > 2000000)
+                w = 2000000; /* re-read the limits at least every 2 ms */
             wait_ns(w);
             continue;
         }

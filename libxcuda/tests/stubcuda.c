@@ -345,7 +345,8 @@ EXPORT CUresult cuGetExportTable(const void **t, const CUuuid *id)
     return CUDA_SUCCESS;
 }
 
-/* Like the real driver: resolves names from an internal table, choosing the
+/* Linked -Bsymbolic, like the real driver: the table holds the stub's own
+ * functions even when an interposer is preloaded. Resolves names from an internal table, choosing the
  * variant from cudaVersion and flags. */
 struct fn {
     const char *name;
@@ -370,6 +371,10 @@ static void *find(const char *name)
             return fns[i].p;
     return NULL;
 }
+
+/* Test hook: the stub's own function, bypassing any interposer (the
+ * baseline of the benchmarks). */
+EXPORT void *stub_fn(const char *name) { return name ? find(name) : NULL; }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *st)

@@ -3,13 +3,13 @@
 STUBDIR := $(BUILD)/libxcuda/stub
 TEST_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(CUDA_INC) -Iinclude
 
-all: $(STUBDIR)/libcuda.so.1 $(TESTDIR)/xctest $(TESTDIR)/xctest-linked
+all: $(STUBDIR)/libcuda.so.1 $(TESTDIR)/xctest $(TESTDIR)/xctest-linked $(TESTDIR)/xcbench
 
 $(STUBDIR):
 	mkdir -p $@
 
 $(STUBDIR)/libcuda.so.1: tests/stubcuda.c | $(STUBDIR)
-	$(CC) $(TEST_CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
+	$(CC) $(TEST_CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -o $@ $< -lpthread
 	ln -sf libcuda.so.1 $(STUBDIR)/libcuda.so
 
 $(TESTDIR)/xctest: tests/xctest.c | $(TESTDIR)
@@ -18,7 +18,11 @@ $(TESTDIR)/xctest: tests/xctest.c | $(TESTDIR)
 $(TESTDIR)/xctest-linked: tests/xctest.c $(STUBDIR)/libcuda.so.1 | $(TESTDIR)
 	$(CC) $(TEST_CFLAGS) -DXCTEST_LINKED -o $@ $< -L$(STUBDIR) -lcuda -ldl
 
+$(TESTDIR)/xcbench: tests/xcbench.c $(STUBDIR)/libcuda.so.1 | $(TESTDIR)
+	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(STUBDIR) -lcuda -ldl
+
 test: all
 	@echo "libxcuda: acceptance tests run under go test (libxcuda/xcudatest)"
 
 bench: all
+	./tests/bench.sh $(BUILD)
