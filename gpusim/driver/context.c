@@ -129,7 +129,18 @@ static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, dou
 	if (c == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	c->magic = GS_MAGIC_CTX;
-	c->id = gs_next_id() % GS_MAX_CTX;
+	/* a context's id is its slot in gs_ctx_by_id, claimed now, so that
+	 * notifications find it; slot 0 stays empty */
+	c->id = 0;
+	for (uint32_t i = 1; i < GS_MAX_CTX && c->id == 0; i++) {
+		struct CUctx_st *empty = NULL;
+		if (atomic_compare_exchange_strong(&gs_ctx_by_id[i], &empty, c))
+			c->id = i;
+	}
+	if (c->id == 0) {
+		free(c);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	c->dev = dev;
 	c->primary = primary;
 	c->def.magic = GS_MAGIC_STREAM;
@@ -149,13 +160,13 @@ static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, dou
 	struct gs_ctx_create_reply rep;
 	r = gs_call(&m, sizeof m, &rep, sizeof rep);
 	if (r != CUDA_SUCCESS) {
+		atomic_store(&gs_ctx_by_id[c->id], NULL);
 		free(c);
 		return r;
 	}
 	c->mps = gs_mps_server_pid > 0;
 	c->atp = rep.atp;
 	c->sm_cap = rep.sm_cap;
-	atomic_store(&gs_ctx_by_id[c->id], c);
 	*out = c;
 	return CUDA_SUCCESS;
 }

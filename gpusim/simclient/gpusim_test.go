@@ -503,3 +503,42 @@ func TestWorkloadModes(t *testing.T) {
 		t.Errorf("bursty trace: exit %d, %v; want about 80 requests", code, m)
 	}
 }
+
+func TestMPSTerminateClientAndServerDeath(t *testing.T) {
+	d := start(t, simclient.Options{})
+	startMPS(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := d.Artifacts
+	long := append([]string{"--duration", "20"}, bigTrain...)
+
+	victim := spawn(t, d, nil, a.Train, long...)
+	bystander := spawn(t, d, nil, a.Train, long...)
+	waitLaunches(t, d, victim)
+	waitLaunches(t, d, bystander)
+	out, _ := d.MPSCommand(ctx, "get_server_list")
+	server := strings.TrimSpace(out)
+	if out, err := d.MPSCommand(ctx, fmt.Sprintf("terminate_client %s %d", server, victim.cmd.Process.Pid)); err != nil || out != "" {
+		t.Fatalf("terminate_client: %q, %v", out, err)
+	}
+	if m, code := victim.wait(t); code != 3 || m["first_error"] != "CUDA_ERROR_MPS_CLIENT_TERMINATED" {
+		t.Errorf("terminated client: exit %d, %v", code, m)
+	}
+	if out, _ := d.MPSCommand(ctx, "terminate_client "+server+" 1"); !strings.Contains(out, "no client 1") {
+		t.Errorf("terminating a non-client answered %q", out)
+	}
+	// the bystander is unharmed until its server dies under it
+	if ps, ok, _ := d.Process(ctx, 0, bystander.cmd.Process.Pid); !ok || ps.Launches == 0 {
+		t.Fatalf("bystander gone after terminate_client: %+v %v", ps, ok)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(server, "%d", &pid); err != nil {
+		t.Fatalf("server pid %q: %v", server, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if m, code := bystander.wait(t); code != 3 || m["first_error"] != "CUDA_ERROR_MPS_RPC_FAILURE" {
+		t.Errorf("client of a dead server: exit %d, %v", code, m)
+	}
+}

@@ -70,6 +70,17 @@ int main(void)
 	CHECK("cuCtxDestroy", cuCtxDestroy(ctx2), CUDA_SUCCESS);
 	CHECK("cuCtxDestroy twice", cuCtxDestroy(ctx2), CUDA_ERROR_INVALID_CONTEXT);
 
+	/* context slots are reused: more create/destroy cycles than slots */
+	int cyc_fail = 0;
+	for (int i = 0; i < 5000 && !cyc_fail; i++) {
+		CUcontext t;
+		if (cuCtxCreate(&t, 0, dev) != CUDA_SUCCESS || cuCtxDestroy(t) != CUDA_SUCCESS)
+			cyc_fail = i + 1;
+	}
+	TRUE("5000 context create/destroy cycles", cyc_fail == 0);
+	CHECK("primary still current", cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+	TRUE("primary is current again", cur == ctx);
+
 	CUdeviceptr p = 0, p2 = 0, base = 0;
 	size_t sz = 0, pitch = 0;
 	CHECK("cuMemGetInfo", cuMemGetInfo(&fr, &tot), CUDA_SUCCESS);
