@@ -183,6 +183,9 @@ void xc_release_slot(void)
     XC_STORE(&p->flags, 0);
     __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
     xc.me = NULL;
+    /* Children that ended with _exit (fork workers do) left their slots;
+     * a process that exits cleanly tidies up after them. */
+    xc_reap_dead_slots();
 }
 
 /* The MPS client reads these at context creation; they can only tighten

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef CUresult (*init_fn)(unsigned);
@@ -225,6 +227,68 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
     return errors != 0;
 }
 
+/* fork: the child gets its own process slot and cannot release the
+ * parent's reservations by freeing the parent's pointers. */
+static int cmd_fork(void)
+{
+    if (api.init(0) != CUDA_SUCCESS)
+        return 1;
+    CUdeviceptr p;
+    printf("parent_alloc=%d\n", api.alloc(&p, 1 << 20));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        CUdeviceptr q;
+        printf("child_alloc=%d\n", api.alloc(&q, 1 << 20));
+        printf("child_free_parent_ptr=%d\n", api.free(p));
+        fflush(stdout);
+        char buf[8];
+        while (fread(buf, 1, sizeof buf, stdin) > 0) {
+        }
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    printf("child_status=%d\n", st);
+    printf("parent_free=%d\n", api.free(p));
+    return 0;
+}
+
+/* An application SIGTERM handler installed after cuInit still runs (after
+ * libxcuda drained), and the process lives on. */
+static volatile sig_atomic_t got_term;
+static void on_term(int sig)
+{
+    (void)sig;
+    got_term = 1;
+}
+
+static int cmd_sigapp(void)
+{
+    if (api.init(0) != CUDA_SUCCESS)
+        return 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    struct sigaction cur;
+    sigaction(SIGTERM, NULL, &cur);
+    printf("handler_seen=%d\nready\n", cur.sa_handler == on_term);
+    fflush(stdout);
+    double t0 = now_s();
+    long n = 0;
+    while (!got_term && now_s() - t0 < 10) {
+        api.launch((CUfunction)1, 500, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        n++;
+    }
+    printf("got_term=%d\n", (int)got_term);
+    /* Launching still works after the application's handler ran. */
+    printf("launch_after=%d\n",
+           api.launch((CUfunction)1, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -236,6 +300,10 @@ int main(int argc, char **argv)
         return cmd_entry(strtoull(argv[3], NULL, 0));
     if (strcmp(argv[1], "hold") == 0 && argc >= 4)
         return cmd_hold(strtoull(argv[3], NULL, 0), argc > 4 ? atol(argv[4]) : 0);
+    if (strcmp(argv[1], "fork") == 0)
+        return cmd_fork();
+    if (strcmp(argv[1], "sigapp") == 0)
+        return cmd_sigapp();
     if (strcmp(argv[1], "loop") == 0 && argc == 6)
         return cmd_loop((unsigned)atoi(argv[3]), atof(argv[4]), strcmp(argv[5], "graph") == 0);
     fprintf(stderr, "xctest: bad arguments\n");
