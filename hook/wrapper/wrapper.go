@@ -343,6 +343,11 @@ func (w *Wrapper) logger(inv front.Invocation) *slog.Logger {
 		}
 	}
 	opts := &slog.HandlerOptions{ReplaceAttr: runcStyle}
+	if !w.logToFile {
+		// Without --log, stderr is the container's own stderr (runc run): only warnings
+		// and errors belong there.
+		opts.Level = slog.LevelWarn
+	}
 	if inv.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(out, opts))
 	}
