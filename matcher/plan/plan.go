@@ -352,19 +352,21 @@ func (p *Planner) solveExact(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, erro
 }
 
 // solveTopK builds each job's k candidates without scoring every GPU: GPUs
-// are grouped by (online profile, type); a job scores each group once, then
-// takes GPUs group by group, best first, skipping those without the memory.
+// are grouped by (online profile, type) and a job scores each group once.
 // Plain top-k by weight fails on real clusters: replicas make weights tie,
 // every job ranks the same few GPUs first, and most jobs end up with no GPU
-// to win. So each list spans every eligible group, and within a group the
-// starting point rotates with the job, so that jobs alike still compete for
-// different GPUs.
+// to win (on the Alibaba trace replay: 513 of 2,948 jobs paired, against
+// 2,780 for greedy placement). So each list samples the job's best groups
+// deep enough to hold twice as many GPUs as there are jobs, in proportion to
+// group size, and members are handed out round-robin across jobs.
 func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error) {
 	type group struct {
-		slots []int
-		rep   gpuSlot
-		typ   string
+		slots  []int
+		rep    gpuSlot
+		typ    string
+		cursor int
 	}
+	const alpha = 2
 	type gkey struct {
 		k   profileKey
 		typ string
@@ -401,35 +403,46 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 			}
 			return a - b
 		})
-		eligible := 0
+		// Depth: the job's best groups until they hold alpha× as many GPUs
+		// as there are jobs, so that every job reaches past the GPUs all
+		// jobs want first.
+		depth, capacity := 0, 0
 		for _, gi := range order {
-			if !math.IsInf(gw[gi], -1) {
-				eligible++
+			if math.IsInf(gw[gi], -1) || capacity >= alpha*len(jobs) {
+				break
 			}
+			capacity += len(groups[gi].slots)
+			depth++
 		}
-		// Two passes: first a fair share of the list from every eligible
-		// group, best first, so a job competes for GPUs of several kinds;
-		// then the rest of the list from the best groups onward.
+		// Systematic sampling: k points spread evenly over the depth's
+		// GPUs, from an offset that differs per job, give each group a
+		// share of the list proportional to its size; each point takes the
+		// group's next member in a cursor shared by all jobs, so that lists
+		// cover different GPUs.
 		n := 0
-		q := max(1, p.cfg.K/max(1, eligible))
-		for pass := 0; pass < 2 && n < p.cfg.K; pass++ {
-			for _, gi := range order[:eligible] {
-				members := groups[gi].slots
-				first, limit := 0, q
-				if pass == 1 {
-					first, limit = q, len(members)
+		if depth > 0 {
+			u := math.Mod(float64(i)*0.6180339887498949, 1)
+			step := float64(capacity) / float64(p.cfg.K)
+			gi, cum := 0, len(groups[order[0]].slots)
+			for t := 0; t < p.cfg.K && n < p.cfg.K; t++ {
+				pos := (u + float64(t)) * step
+				if t > 0 && step < 1 && pos >= float64(capacity) {
+					break
 				}
-				off := i * q
-				for t := first; t < len(members) && t-first < limit && n < p.cfg.K; t++ {
-					c := members[(off+t)%len(members)]
+				for gi+1 < depth && pos >= float64(cum) {
+					gi++
+					cum += len(groups[order[gi]].slots)
+				}
+				gr := &groups[order[gi]]
+				for try := 0; try < len(gr.slots) && try < 8; try++ {
+					c := gr.slots[gr.cursor%len(gr.slots)]
+					gr.cursor++
 					if fits(j, slots[c].gpu) {
 						g.Col = append(g.Col, int32(c))
-						g.Weight = append(g.Weight, gw[gi])
+						g.Weight = append(g.Weight, gw[order[gi]])
 						n++
+						break
 					}
-				}
-				if n >= p.cfg.K {
-					break
 				}
 			}
 		}
