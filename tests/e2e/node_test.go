@@ -37,20 +37,39 @@ const fastPolicy = `
 [monitor]
 period = "100ms"
 hysteresis = 2
-throttled_max = "30s"
+throttled_max = %q
 recovery = "2s"
 [alloc]
 period = "100ms"
 %s
 [evict]
-grace = "3s"
+grace = %q
 backoff = "5s"
-containerd_address = ""
+containerd_address = %q
 `
+
+// nodeOptions vary the policy between tests.
+type nodeOptions struct {
+	alloc        string        // extra lines for [alloc]
+	throttledMax time.Duration // 0: 30s
+	grace        time.Duration // 0: 3s
+	containerd   string        // containerd's socket; "": stop by pid
+}
 
 // startNode starts gpusimd and muxd; alloc holds extra lines for the [alloc] section.
 func startNode(t *testing.T, alloc string) *node {
 	t.Helper()
+	return startNodeWith(t, nodeOptions{alloc: alloc})
+}
+
+func startNodeWith(t *testing.T, o nodeOptions) *node {
+	t.Helper()
+	if o.throttledMax == 0 {
+		o.throttledMax = 30 * time.Second
+	}
+	if o.grace == 0 {
+		o.grace = 3 * time.Second
+	}
 	ctx := context.Background()
 	sim, err := simclient.Start(ctx, simclient.Options{GPUs: "h100"})
 	if err != nil {
@@ -68,7 +87,8 @@ control = %q
 pipe_dir = %q
 log_dir = %q
 `, filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "run", "muxd.sock"),
-		sim.Artifacts.MPSControl, sim.MPSPipeDir(), sim.MPSLogDir()) + fmt.Sprintf(fastPolicy, alloc)
+		sim.Artifacts.MPSControl, sim.MPSPipeDir(), sim.MPSLogDir()) +
+		fmt.Sprintf(fastPolicy, o.throttledMax.String(), o.alloc, o.grace.String(), o.containerd)
 	if err := os.WriteFile(n.policy, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +212,16 @@ func (n *node) share(w *workload) (float64, bool) {
 	defer b.Close()
 	l := b.Limits()
 	return float64(l.ShareBP) / 100, l.Paused
+}
+
+// loadGPU runs an unregistered training job on the GPU for secs seconds.
+func (n *node) loadGPU(secs int) {
+	cmd := exec.Command(n.sim.Artifacts.Train, "--duration", fmt.Sprint(secs))
+	cmd.Env = append(os.Environ(), n.sim.Env()...)
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 }
 
 func (n *node) infer(id string, secs int) *workload {

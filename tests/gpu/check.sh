@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# tests/gpu/check.sh — the real-GPU verdict on libxcuda, in one unattended
+# run of at most 8 minutes on a machine with an NVIDIA GPU, the CUDA
+# toolkit (cuda.h), gcc, make and PyTorch:
+#   1. compile libxcuda against NVIDIA's cuda.h (prototype compatibility);
+#   2. PyTorch under libxcuda with a memory cap: must hit OOM at the cap;
+#   3. PyTorch matmul throughput without libxcuda, under libxcuda at 100%
+#      and at a 30% share: the ratio to the baseline is printed.
+# Prints a RESULT line per check and a final SUMMARY; exits non-zero if a
+# check failed. Usage: tests/gpu/check.sh [OUT_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+out=${1:-${OUT:-$(mktemp -d)}}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+log=$out/check.log
+exec > >(tee -a "$log") 2>&1
+start=$(date +%s)
+deadline=$((start + 460)) # leave margin inside 8 minutes
+fails=0
+result() { echo "RESULT $1: $2"; [ "$2" = PASS ] || [ "$2" = INFO ] || fails=$((fails + 1)); }
+left() { echo $((deadline - $(date +%s))); }
+run_for() { local t=$1; shift; [ "$(left)" -gt 5 ] || { echo "out of time"; return 124; }
+  [ "$t" -gt "$(left)" ] && t=$(left); timeout --kill-after=5 "$t" "$@"; }
+
+echo "== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4
+cuda_inc=""
+for d in "${CUDA_HOME:-}/include" /usr/local/cuda/include /usr/include; do
+  [ -f "$d/cuda.h" ] && { cuda_inc=$d; break; }
+done
+py=${PYTHON:-python3}
+echo "cuda.h: ${cuda_inc:-not found}; python: $($py -c 'import torch,sys;print(sys.version.split()[0],"torch",torch.__version__,"cuda",torch.version.cuda)' 2>&1 | tail -1)"
+
+build=$out/build
+echo "== 1. compile libxcuda against the real cuda.h"
+if [ -z "$cuda_inc" ]; then
+  result compile-real-cuda-h "FAIL (no cuda.h found; set CUDA_HOME)"
+else
+  if run_for 120 make -s -C libxcuda BUILD="$build" CUDA_INC="$cuda_inc" "$build/lib/libxcuda.so" >"$out/compile.log" 2>&1; then
+    result compile-real-cuda-h PASS
+  else
+    tail -30 "$out/compile.log"
+    result compile-real-cuda-h FAIL
+  fi
+fi
+# The tools below need only the project's own headers.
+if ! run_for 60 make -s -C libxcuda BUILD="$build" "$build/libxcuda/tests/xcblock" >>"$out/compile.log" 2>&1; then
+  tail -20 "$out/compile.log"; result build-xcblock FAIL
+fi
+lib=$build/lib/libxcuda.so
+xcblock=$build/libxcuda/tests/xcblock
+if [ ! -f "$lib" ] || [ ! -x "$xcblock" ]; then
+  echo "cannot go on without libxcuda and xcblock"
+  echo "SUMMARY: $fails check(s) failed"; exit 1
+fi
+
+probe() { # probe BLOCK_DIR|none ARGS... — one torch_probe run, JSON on stdout
+  local blk=$1; shift
+  if [ "$blk" = none ]; then
+    run_for 150 env -u LD_PRELOAD "$py" tests/gpu/torch_probe.py "$@" 2>"$out/probe.err" | tail -1
+  else
+    run_for 150 env LD_PRELOAD="$lib" XCUDA_CONTROL_BLOCK="$blk" "$py" tests/gpu/torch_probe.py "$@" 2>"$out/probe.err" | tail -1
+  fi
+}
+jget() { "$py" -c 'import json,sys; d=json.loads(sys.argv[1] or "{}"); print(d.get(sys.argv[2], ""))' "$1" "$2" 2>/dev/null; }
+
+echo "== 2. memory cap: 4 GiB, 256 MiB tensors until OOM"
+cap=$((4 << 30))
+"$xcblock" create "$out/blk-mem" mem0=$cap
+j=$(probe "$out/blk-mem" oom 256)
+echo "$j"; "$xcblock" show "$out/blk-mem"
+alloc=$(jget "$j" allocated_bytes); err=$(jget "$j" error)
+if [ -n "$alloc" ] && [ "$alloc" -le "$cap" ] && [ "$alloc" -ge $((cap - (1 << 30))) ] && [[ "$err" == OutOfMemoryError* ]]; then
+  result memory-cap PASS
+else
+  tail -5 "$out/probe.err"
+  result memory-cap "FAIL (allocated ${alloc:-?} of cap $cap, error '${err}')"
+fi
+
+echo "== 3. throughput: bf16 8192^3 matmuls, 15 s each"
+"$xcblock" create "$out/blk-full"
+"$xcblock" create "$out/blk-30" share=3000
+base=$(probe none matmul 15 8192); echo "baseline (no libxcuda): $base"
+full=$(probe "$out/blk-full" matmul 15 8192); echo "libxcuda, 100% share: $full"
+thr=$(probe "$out/blk-30" matmul 15 8192); echo "libxcuda, 30% share: $thr"
+"$xcblock" show "$out/blk-30"
+b=$(jget "$base" iters_per_s); f=$(jget "$full" iters_per_s); t=$(jget "$thr" iters_per_s)
+if [ -n "$b" ] && [ -n "$f" ] && [ -n "$t" ]; then
+  rf=$("$py" -c "print(f'{$f/$b:.3f}')"); rt=$("$py" -c "print(f'{$t/$b:.3f}')")
+  echo "ratio libxcuda-100%/baseline = $rf; ratio 30%-share/baseline = $rt"
+  "$py" -c "import sys; sys.exit(0 if $rf >= 0.97 else 1)" && result overhead-100pct PASS || result overhead-100pct "FAIL (ratio $rf < 0.97)"
+  "$py" -c "import sys; sys.exit(0 if 0.25 <= $rt <= 0.35 else 1)" && result share-30pct PASS || result share-30pct "FAIL (ratio $rt outside 0.25..0.35)"
+else
+  tail -5 "$out/probe.err"
+  result throughput "FAIL (a run produced no figure)"
+fi
+echo "SUMMARY: $fails check(s) failed in $(( $(date +%s) - start )) s; log in $log"
+[ "$fails" -eq 0 ]

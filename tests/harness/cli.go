@@ -1,0 +1,205 @@
+// Package harness is muxflow's experiment harness: it runs a scenario (a simulated GPU,
+// an online service with its rate trace, offline training jobs, a duration and a time
+// compression) on gpusim under each sharing strategy — online alone, time-sharing,
+// priority time-sharing, plain MPS, muxflow with a static share, and muxflow with
+// dynamic allocation through the real muxd and libxcuda — and prints one table of
+// online latency, offline normalised throughput, GPU utilisation, SM activity, errors
+// and evictions, plus a timeline plot of the muxflow run. The muxexp command
+// (tests/harness/cmd/muxexp) is its front end.
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const usage = `usage: muxexp run [flags] SCENARIO.toml...
+
+Runs each scenario under each strategy on a simulated GPU and prints one table per
+scenario. Strategies: online-alone, time-sharing, priority-time-sharing, mps,
+muxflow-static, muxflow (default: all).
+
+flags:
+`
+
+// Run is muxexp's entry point: args excludes the program name.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "run" {
+		fmt.Fprint(stderr, usage)
+		return errors.New("the only command is `run`")
+	}
+	fs := flag.NewFlagSet("muxexp run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	strategies := fs.String("strategies", "all", "comma-separated strategies to run, or all")
+	duration := fs.Duration("duration", 0, "override each scenario's run duration (its days are kept, so time is compressed more)")
+	plot := fs.String("plot", "", "write the muxflow run's timeline to this PNG (with several scenarios, -NAME is added before .png)")
+	markdown := fs.Bool("markdown", false, "print Markdown tables")
+	jsonOut := fs.String("json", "", "also write the full reports (with samples) as JSON to this file")
+	logs := fs.String("logs", "", "keep each run's gpusimd and muxd logs under this directory")
+	verbose := fs.Bool("v", false, "log progress to stderr")
+	// Flags may follow the scenario files: parse them in any order.
+	var files []string
+	rest := args[1:]
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(files) == 0 {
+		fs.Usage()
+		return errors.New("name at least one scenario file")
+	}
+	sts, err := ParseStrategies(*strategies)
+	if err != nil {
+		return err
+	}
+	if *duration < 0 {
+		return fmt.Errorf("--duration %v is negative", *duration)
+	}
+	var scenarios []*Scenario
+	for _, f := range files {
+		s, err := LoadScenario(f)
+		if err != nil {
+			return err
+		}
+		if *duration > 0 {
+			if s, err = s.WithDuration(*duration); err != nil {
+				return fmt.Errorf("scenario %s with --duration %v: %w", f, *duration, err)
+			}
+		}
+		scenarios = append(scenarios, s)
+	}
+	art, err := FindArtifacts()
+	if err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	var reports []*Report
+	for _, s := range scenarios {
+		dir := ""
+		if *logs != "" {
+			dir = filepath.Join(*logs, s.Name)
+		} else {
+			d, err := os.MkdirTemp("", "muxexp-")
+			if err != nil {
+				return fmt.Errorf("create work directory: %w", err)
+			}
+			defer os.RemoveAll(d)
+			dir = d
+		}
+		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log}
+		rep, err := r.Run(ctx, sts)
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+		reports = append(reports, rep)
+		if *markdown {
+			fmt.Fprintf(stdout, "### %s\n\n%s\n\n", s.Name, strings.TrimSpace(s.Description))
+			rep.WriteMarkdown(stdout)
+		} else {
+			rep.WriteTable(stdout)
+		}
+		fmt.Fprintln(stdout)
+		if *plot != "" {
+			path := *plot
+			if len(scenarios) > 1 {
+				path = strings.TrimSuffix(path, ".png") + "-" + s.Name + ".png"
+			}
+			if err := writePlot(rep, path); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "timeline of the muxflow run: %s\n\n", path)
+		}
+	}
+	if *jsonOut != "" {
+		data, err := json.MarshalIndent(reportsJSON(reports), "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode reports: %w", err)
+		}
+		if err := os.WriteFile(*jsonOut, data, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", *jsonOut, err)
+		}
+	}
+	return nil
+}
+
+func writePlot(rep *Report, path string) error {
+	panels, err := rep.TimelinePanels(Muxflow)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", rep.Scenario.Name, err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create plot: %w", err)
+	}
+	title := fmt.Sprintf("muxflow on a simulated %s - scenario %s (%s, %v)", strings.ToUpper(rep.Scenario.GPU), rep.Scenario.Name, rep.Scenario.RateSpec(), rep.Scenario.Duration.D())
+	if err := WritePNG(f, title, panels); err != nil {
+		f.Close()
+		return fmt.Errorf("plot %s: %w", rep.Scenario.Name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write plot: %w", err)
+	}
+	return nil
+}
+
+// reportsJSON makes NaN-free copies (encoding/json refuses NaN).
+func reportsJSON(reports []*Report) any {
+	type sample struct {
+		T                          float64  `json:"t_s"`
+		OnlineQPS, OnlineGPUms     *float64 `json:",omitempty"`
+		Util, SMActivity           float64
+		OfflineShare, OnlineDemand *float64 `json:",omitempty"`
+	}
+	type result struct {
+		Result
+		Samples []sample
+		Window  float64 `json:"window_s"`
+	}
+	type report struct {
+		Scenario     *Scenario
+		OfflineAlone []float64
+		Results      []result
+		ElapsedS     float64
+	}
+	num := func(v float64) *float64 {
+		if v != v {
+			return nil
+		}
+		return &v
+	}
+	var out []report
+	for _, r := range reports {
+		rr := report{Scenario: r.Scenario, OfflineAlone: r.OfflineAlone, ElapsedS: r.Elapsed.Seconds()}
+		for _, x := range r.Results {
+			y := result{Result: x, Window: x.Window.Seconds()}
+			y.Result.Samples = nil
+			for _, s := range x.Samples {
+				y.Samples = append(y.Samples, sample{T: s.T.Seconds(), OnlineQPS: num(s.OnlineQPS), OnlineGPUms: num(s.OnlineGPUms),
+					Util: s.Util, SMActivity: s.SMActivity, OfflineShare: num(s.OfflineShare), OnlineDemand: num(s.OnlineDemand)})
+			}
+			rr.Results = append(rr.Results, y)
+		}
+		out = append(out, rr)
+	}
+	return out
+}

@@ -1,0 +1,287 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
+)
+
+// Series is one line of a plot panel.
+type Series struct {
+	Name  string
+	Color color.RGBA
+	T     []time.Duration
+	V     []float64 // NaN leaves a gap
+	// Dashed draws a reference line (a baseline) rather than a measurement.
+	Dashed bool
+}
+
+// Panel is one plot with a shared time axis.
+type Panel struct {
+	Title  string
+	YLabel string
+	Series []Series
+	// YMax fixes the top of the axis; 0 fits the data.
+	YMax float64
+}
+
+var (
+	colLoad   = color.RGBA{0x1f, 0x77, 0xb4, 0xff}
+	colTrace  = color.RGBA{0x9e, 0xc5, 0xe0, 0xff}
+	colShare  = color.RGBA{0x2c, 0xa0, 0x2c, 0xff}
+	colDemand = color.RGBA{0xd6, 0x27, 0x28, 0xff}
+	colUtil   = color.RGBA{0x94, 0x67, 0xbd, 0xff}
+	colLat    = color.RGBA{0xff, 0x7f, 0x0e, 0xff}
+	colBase   = color.RGBA{0x55, 0x55, 0x55, 0xff}
+	colGrid   = color.RGBA{0xe4, 0xe4, 0xe4, 0xff}
+	colAxis   = color.RGBA{0x33, 0x33, 0x33, 0xff}
+)
+
+// TimelinePanels are the muxflow run's panels: online load, offline share against the
+// online demand, and online latency against the online-alone baseline.
+func (r *Report) TimelinePanels(st Strategy) ([]Panel, error) {
+	res, ok := r.Result(st)
+	if !ok || res.Skipped != "" {
+		return nil, fmt.Errorf("no %s run to plot", st)
+	}
+	if len(res.Samples) < 2 {
+		return nil, errors.New("too few samples to plot; is the duration shorter than two sample periods?")
+	}
+	n := len(res.Samples)
+	ts := make([]time.Duration, n)
+	qps, trace, share, demand, util, lat := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	for i, s := range res.Samples {
+		ts[i] = s.T
+		qps[i], share[i], demand[i], util[i], lat[i] = s.OnlineQPS, s.OfflineShare, s.OnlineDemand, 100*s.Util, s.OnlineGPUms
+		trace[i] = r.Scenario.RateAt(s.T)
+	}
+	// The nominal trace is drawn finely so bursts keep their shape.
+	var ft []time.Duration
+	var fv []float64
+	step := r.Scenario.Duration.D() / 400
+	for t := time.Duration(0); t <= r.Scenario.Duration.D(); t += step {
+		ft, fv = append(ft, t), append(fv, r.Scenario.RateAt(t))
+	}
+	panels := []Panel{
+		{Title: "online load", YLabel: "requests/s", Series: []Series{
+			{Name: "trace", Color: colTrace, T: ft, V: fv},
+			{Name: "served", Color: colLoad, T: ts, V: qps},
+		}},
+		{Title: "GPU time shares (muxd)", YLabel: "%", YMax: 100, Series: []Series{
+			{Name: "offline share", Color: colShare, T: ts, V: share},
+			{Name: "online demand", Color: colDemand, T: ts, V: demand},
+			{Name: "GPU util", Color: colUtil, T: ts, V: util},
+		}},
+	}
+	latP := Panel{Title: "online GPU time per request (mean per sample)", YLabel: "ms", Series: []Series{
+		{Name: string(st), Color: colLat, T: ts, V: lat},
+	}}
+	if base, ok := r.Result(OnlineAlone); ok && base.Skipped == "" {
+		if m := meanFinite(base.Samples, func(s Sample) float64 { return s.OnlineGPUms }); !math.IsNaN(m) {
+			latP.Series = append(latP.Series, Series{Name: "online alone (mean)", Color: colBase, T: []time.Duration{0, ts[n-1]}, V: []float64{m, m}, Dashed: true})
+		}
+	}
+	return append(panels, latP), nil
+}
+
+func meanFinite(ss []Sample, f func(Sample) float64) float64 {
+	var sum float64
+	var k int
+	for _, s := range ss {
+		if v := f(s); !math.IsNaN(v) && !math.IsInf(v, 0) {
+			sum += v
+			k++
+		}
+	}
+	if k == 0 {
+		return math.NaN()
+	}
+	return sum / float64(k)
+}
+
+// Plot layout in pixels.
+const (
+	plotW       = 960
+	panelH      = 230
+	marginL     = 70
+	marginR     = 170
+	marginTop   = 34
+	marginPanel = 30
+)
+
+// WritePNG draws panels stacked over one time axis.
+func WritePNG(w io.Writer, title string, panels []Panel) error {
+	if len(panels) == 0 {
+		return errors.New("nothing to plot")
+	}
+	h := marginTop + len(panels)*(panelH+marginPanel) + 20
+	img := image.NewRGBA(image.Rect(0, 0, plotW, h))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	text(img, marginL, 20, title, colAxis)
+	var tmax time.Duration
+	for _, p := range panels {
+		for _, s := range p.Series {
+			for _, t := range s.T {
+				tmax = max(tmax, t)
+			}
+		}
+	}
+	if tmax <= 0 {
+		return errors.New("the series span no time")
+	}
+	for i, p := range panels {
+		top := marginTop + i*(panelH+marginPanel) + 16
+		drawPanel(img, p, image.Rect(marginL, top, plotW-marginR, top+panelH-16), tmax)
+	}
+	if err := png.Encode(w, img); err != nil {
+		return fmt.Errorf("encode PNG: %w", err)
+	}
+	return nil
+}
+
+func drawPanel(img *image.RGBA, p Panel, area image.Rectangle, tmax time.Duration) {
+	ymax := p.YMax
+	if ymax == 0 {
+		for _, s := range p.Series {
+			for _, v := range s.V {
+				if !math.IsNaN(v) && !math.IsInf(v, 0) {
+					ymax = max(ymax, v)
+				}
+			}
+		}
+		ymax = niceCeil(ymax * 1.1)
+	}
+	text(img, area.Min.X, area.Min.Y-6, p.Title+" ("+p.YLabel+")", colAxis)
+	// Grid and axis labels.
+	for k := 0; k <= 4; k++ {
+		y := area.Max.Y - k*area.Dy()/4
+		hline(img, area.Min.X, area.Max.X, y, colGrid)
+		label := strconv.FormatFloat(ymax*float64(k)/4, 'g', 3, 64)
+		text(img, area.Min.X-8-7*len(label), y+4, label, colAxis)
+	}
+	ticks := 6
+	for k := 0; k <= ticks; k++ {
+		x := area.Min.X + k*area.Dx()/ticks
+		vline(img, x, area.Min.Y, area.Max.Y, colGrid)
+		label := strconv.FormatFloat((tmax * time.Duration(k) / time.Duration(ticks)).Seconds(), 'f', 0, 64) + "s"
+		text(img, x-7*len(label)/2, area.Max.Y+14, label, colAxis)
+	}
+	hline(img, area.Min.X, area.Max.X, area.Max.Y, colAxis)
+	vline(img, area.Min.X, area.Min.Y, area.Max.Y, colAxis)
+	xOf := func(t time.Duration) int { return area.Min.X + int(float64(area.Dx())*t.Seconds()/tmax.Seconds()) }
+	yOf := func(v float64) int {
+		v = math.Max(0, math.Min(v, ymax))
+		return area.Max.Y - int(float64(area.Dy())*v/ymax)
+	}
+	for k, s := range p.Series {
+		px, py, have := 0, 0, false
+		for i := range s.T {
+			v := s.V[i]
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				have = false
+				continue
+			}
+			x, y := xOf(s.T[i]), yOf(v)
+			if have {
+				line(img, px, py, x, y, s.Color, s.Dashed)
+			} else if i+1 == len(s.T) || math.IsNaN(s.V[i+1]) {
+				dot(img, x, y, s.Color)
+			}
+			px, py, have = x, y, true
+		}
+		// Legend to the right of the panel.
+		ly := area.Min.Y + 10 + 18*k
+		line(img, area.Max.X+12, ly-4, area.Max.X+32, ly-4, s.Color, s.Dashed)
+		text(img, area.Max.X+38, ly, s.Name, colAxis)
+	}
+}
+
+// niceCeil rounds up to 1, 2 or 5 times a power of ten.
+func niceCeil(v float64) float64 {
+	if v <= 0 || math.IsNaN(v) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if v <= m*p {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func text(img *image.RGBA, x, y int, s string, c color.Color) {
+	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+	d.DrawString(s)
+}
+
+func hline(img *image.RGBA, x0, x1, y int, c color.RGBA) {
+	for x := x0; x <= x1; x++ {
+		img.SetRGBA(x, y, c)
+	}
+}
+
+func vline(img *image.RGBA, x, y0, y1 int, c color.RGBA) {
+	for y := y0; y <= y1; y++ {
+		img.SetRGBA(x, y, c)
+	}
+}
+
+func dot(img *image.RGBA, x, y int, c color.RGBA) {
+	for dx := -1; dx <= 1; dx++ {
+		for dy := -1; dy <= 1; dy++ {
+			img.SetRGBA(x+dx, y+dy, c)
+		}
+	}
+}
+
+// line draws a two-pixel line (Bresenham); dashed lines skip every other 6 pixels.
+func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA, dashed bool) {
+	dx, dy := abs(x1-x0), -abs(y1-y0)
+	sx, sy := sign(x1-x0), sign(y1-y0)
+	e := dx + dy
+	for n := 0; ; n++ {
+		if !dashed || (n/6)%2 == 0 {
+			img.SetRGBA(x0, y0, c)
+			img.SetRGBA(x0, y0+1, c)
+		}
+		if x0 == x1 && y0 == y1 {
+			return
+		}
+		if e2 := 2 * e; e2 >= dy {
+			e += dy
+			x0 += sx
+		} else {
+			e += dx
+			y0 += sy
+		}
+	}
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+func sign(v int) int {
+	switch {
+	case v > 0:
+		return 1
+	case v < 0:
+		return -1
+	}
+	return 0
+}

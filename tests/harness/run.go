@@ -1,0 +1,537 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/muxflow/muxflow/gpusim/simclient"
+	"github.com/muxflow/muxflow/muxd/api"
+)
+
+// Strategy is one way of sharing the GPU that an experiment compares.
+type Strategy string
+
+const (
+	// OnlineAlone: the online service has the GPU to itself (the latency baseline).
+	OnlineAlone Strategy = "online-alone"
+	// TimeSharing: online and offline contexts time-slice the GPU (no MPS).
+	TimeSharing Strategy = "time-sharing"
+	// PriorityTimeSharing: time-slicing where the online context runs first whenever it
+	// has work. gpusim cannot prioritise a context yet, so this row reports n/a.
+	PriorityTimeSharing Strategy = "priority-time-sharing"
+	// PlainMPS: both share one MPS server with no limits.
+	PlainMPS Strategy = "mps"
+	// StaticShare: muxflow (muxd, libxcuda, MPS) with a fixed offline share.
+	StaticShare Strategy = "muxflow-static"
+	// Muxflow: muxflow with dynamic SM allocation.
+	Muxflow Strategy = "muxflow"
+)
+
+// Strategies lists every strategy in table order.
+var Strategies = []Strategy{OnlineAlone, TimeSharing, PriorityTimeSharing, PlainMPS, StaticShare, Muxflow}
+
+// Description says in a few words what a strategy is.
+func (s Strategy) Description() string {
+	switch s {
+	case OnlineAlone:
+		return "online alone on the GPU"
+	case TimeSharing:
+		return "time-sharing (no MPS)"
+	case PriorityTimeSharing:
+		return "priority time-sharing"
+	case PlainMPS:
+		return "plain MPS (no limits)"
+	case StaticShare:
+		return "muxflow, static share"
+	case Muxflow:
+		return "muxflow"
+	}
+	return string(s)
+}
+
+// ParseStrategies reads a comma-separated list ("all" for every strategy).
+func ParseStrategies(list string) ([]Strategy, error) {
+	if strings.TrimSpace(list) == "all" || strings.TrimSpace(list) == "" {
+		return slices.Clone(Strategies), nil
+	}
+	var out []Strategy
+	for _, f := range strings.Split(list, ",") {
+		s := Strategy(strings.TrimSpace(f))
+		if !slices.Contains(Strategies, s) {
+			names := make([]string, len(Strategies))
+			for i, v := range Strategies {
+				names[i] = string(v)
+			}
+			return nil, fmt.Errorf("unknown strategy %q (known: %s)", s, strings.Join(names, ", "))
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Result is what one strategy's run measured.
+type Result struct {
+	Strategy Strategy
+	// Skipped, when set, says why the strategy could not run (the row shows n/a).
+	Skipped string
+	// Online latency in ms. GPU: service time on the GPU from the request's events
+	// (what sharing changes; free of this machine's CPU contention). Host: arrival to
+	// completion as the client saw it, queueing and host delays included.
+	GPUP50, GPUP99   float64
+	HostP50, HostP99 float64
+	Requests         int
+	// OfflineItPerS is each offline job's iterations per second over the window.
+	OfflineItPerS []float64
+	// OfflineNorm is the sum over offline jobs of shared it/s ÷ alone it/s.
+	OfflineNorm float64
+	// Util is NVML-style utilisation (share of time a kernel ran) and SMActivity the
+	// DCGM-style share of SMs busy, both over the window.
+	Util, SMActivity float64
+	Errors           int
+	Evictions        int
+	Window           time.Duration
+	Samples          []Sample
+	// Notes are problems met during the run (also counted in Errors where they are).
+	Notes []string
+}
+
+// Sample is one sampling period of a run, for the plot.
+type Sample struct {
+	T time.Duration // end of the period, from the window's start
+	// OnlineQPS is requests started per second in the period; OnlineGPUms the online
+	// service's mean GPU time per request (NaN when it served none).
+	OnlineQPS, OnlineGPUms float64
+	Util, SMActivity       float64
+	// OfflineShare and OnlineDemand are muxd's figures in percent (NaN without muxd).
+	OfflineShare, OnlineDemand float64
+}
+
+// Report is an experiment: the scenario, the offline baselines and one result per
+// strategy.
+type Report struct {
+	Scenario *Scenario
+	// OfflineAlone is each offline job's it/s with the GPU to itself.
+	OfflineAlone []float64
+	Results      []Result
+	Started      time.Time
+	Elapsed      time.Duration
+}
+
+// Result returns the strategy's result, if it was run.
+func (r *Report) Result(s Strategy) (Result, bool) {
+	for _, x := range r.Results {
+		if x.Strategy == s {
+			return x, true
+		}
+	}
+	return Result{}, false
+}
+
+// Runner runs a scenario's strategies one after the other, each on a fresh simulated
+// node, so that no run inherits another's state.
+type Runner struct {
+	Scenario  *Scenario
+	Artifacts Artifacts
+	// Dir receives each run's logs (gpusimd, muxd, policy); a temporary one if empty.
+	Dir string
+	Log *slog.Logger
+	// Progress, if set, is told when each run starts.
+	Progress func(what string)
+}
+
+// Run measures the offline baselines (when a shared strategy is asked for) and each
+// strategy in turn.
+func (r *Runner) Run(ctx context.Context, strategies []Strategy) (*Report, error) {
+	if r.Log == nil {
+		r.Log = slog.New(slog.DiscardHandler)
+	}
+	if r.Dir == "" {
+		d, err := os.MkdirTemp("", "muxexp-")
+		if err != nil {
+			return nil, fmt.Errorf("create work directory: %w", err)
+		}
+		r.Dir = d
+	}
+	rep := &Report{Scenario: r.Scenario, Started: time.Now()}
+	shared := slices.ContainsFunc(strategies, func(s Strategy) bool { return s != OnlineAlone && s != PriorityTimeSharing })
+	if shared {
+		for i, j := range r.Scenario.Offline {
+			r.progress(fmt.Sprintf("offline %s alone (baseline)", j.Name))
+			v, err := r.offlineAlone(ctx, i)
+			if err != nil {
+				return nil, fmt.Errorf("offline baseline of %s: %w", j.Name, err)
+			}
+			rep.OfflineAlone = append(rep.OfflineAlone, v)
+		}
+	}
+	for _, s := range Strategies {
+		if !slices.Contains(strategies, s) {
+			continue
+		}
+		r.progress(string(s))
+		res, err := r.runStrategy(ctx, s, rep.OfflineAlone)
+		if err != nil {
+			return nil, fmt.Errorf("strategy %s: %w", s, err)
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	rep.Elapsed = time.Since(rep.Started)
+	return rep, nil
+}
+
+func (r *Runner) progress(what string) {
+	r.Log.Info("run", "scenario", r.Scenario.Name, "what", what)
+	if r.Progress != nil {
+		r.Progress(what)
+	}
+}
+
+// offlineAlone runs offline job i alone and returns its it/s over a window that starts
+// once it is launching.
+func (r *Runner) offlineAlone(ctx context.Context, i int) (float64, error) {
+	s := r.Scenario
+	j := s.Offline[i]
+	n, err := startNode(ctx, s, modeAlone, r.Artifacts, filepath.Join(r.Dir, "offline-alone-"+j.Name), "", r.Log)
+	if err != nil {
+		return 0, err
+	}
+	defer n.stop()
+	d := s.offlineBaseline()
+	p, err := n.start(ctx, j.Name, api.Offline, n.art.Train, j.TrainArgs(d+time.Second)...)
+	if err != nil {
+		return 0, err
+	}
+	defer p.kill()
+	if err := n.waitLaunching(ctx, p, 15*time.Second); err != nil {
+		return 0, err
+	}
+	a, err := n.processSnap(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	b, err := n.processSnap(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.wait(ctx, 30*time.Second); err != nil {
+		return 0, err
+	}
+	if out := parseTrain(p.output()); out.Errors > 0 || out.Iterations == 0 {
+		return 0, fmt.Errorf("train failed alone: %s", lastLine(p.output()))
+	}
+	return itPerS(a, b, j.Kernels), nil
+}
+
+// snap is a process's gpusim counters at one instant.
+type snap struct {
+	at       time.Time
+	launches uint64
+	busyNs   float64
+}
+
+func (n *node) processSnap(ctx context.Context, p *proc) (snap, error) {
+	st, ok, err := n.sim.Process(ctx, 0, p.cmd.Process.Pid)
+	if err != nil {
+		return snap{}, fmt.Errorf("read %s's counters from gpusim: %w", p.name, err)
+	}
+	if !ok {
+		return snap{}, fmt.Errorf("gpusim does not know %s (pid %d)", p.name, p.cmd.Process.Pid)
+	}
+	return snap{at: time.Now(), launches: st.Launches, busyNs: st.BusyNs}, nil
+}
+
+func itPerS(a, b snap, kernels int) float64 {
+	dt := b.at.Sub(a.at).Seconds()
+	if dt <= 0 || b.launches < a.launches {
+		return 0
+	}
+	return float64(b.launches-a.launches) / float64(kernels) / dt
+}
+
+// inferOut and trainOut are the workload programs' JSON lines.
+type inferOut struct {
+	Requests   int     `json:"requests"`
+	Completed  int     `json:"completed"`
+	Errors     int     `json:"errors"`
+	FirstError string  `json:"first_error"`
+	P50        float64 `json:"p50_ms"`
+	P99        float64 `json:"p99_ms"`
+	GPUP50     float64 `json:"gpu_p50_ms"`
+	GPUP99     float64 `json:"gpu_p99_ms"`
+	ok         bool
+}
+
+type trainOut struct {
+	Iterations int     `json:"iterations"`
+	ItPerS     float64 `json:"it_per_s"`
+	Errors     int     `json:"errors"`
+	FirstError string  `json:"first_error"`
+	ok         bool
+}
+
+// lastJSON decodes the last line of out that is a JSON object into v.
+func lastJSON(out string, v any) bool {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if strings.HasPrefix(l, "{") && json.Unmarshal([]byte(l), v) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func parseInfer(out string) inferOut {
+	var o inferOut
+	o.ok = lastJSON(out, &o)
+	return o
+}
+
+func parseTrain(out string) trainOut {
+	var o trainOut
+	o.ok = lastJSON(out, &o)
+	return o
+}
+
+func modeOf(s Strategy) mode {
+	switch s {
+	case OnlineAlone:
+		return modeAlone
+	case TimeSharing:
+		return modeTimeSlice
+	case PlainMPS:
+		return modeMPS
+	default:
+		return modeMuxd
+	}
+}
+
+// runStrategy runs the online service (and, except alone, the offline jobs) under one
+// strategy and measures the window in which the online service ran.
+func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64) (Result, error) {
+	res := Result{Strategy: st}
+	if st == PriorityTimeSharing {
+		res.Skipped = "gpusim cannot give a context priority yet"
+		return res, nil
+	}
+	s := r.Scenario
+	alloc := ""
+	if st == StaticShare || st == Muxflow {
+		alloc = allocSection(s, st == StaticShare)
+	}
+	n, err := startNode(ctx, s, modeOf(st), r.Artifacts, filepath.Join(r.Dir, string(st)), alloc, r.Log)
+	if err != nil {
+		return res, err
+	}
+	defer n.stop()
+	dur := s.Duration.D()
+
+	var offline []*proc
+	defer func() {
+		for _, p := range offline {
+			p.kill()
+		}
+	}()
+	if st != OnlineAlone {
+		for _, j := range s.Offline {
+			// Offline jobs outlive the online window a little, so it is shared throughout.
+			p, err := n.start(ctx, j.Name, api.Offline, n.art.Train, j.TrainArgs(dur+2*time.Second)...)
+			if err != nil {
+				return res, err
+			}
+			offline = append(offline, p)
+		}
+		for _, p := range offline {
+			if err := n.waitLaunching(ctx, p, 15*time.Second); err != nil {
+				return res, err
+			}
+		}
+	}
+
+	dev0, err := n.deviceSnap(ctx)
+	if err != nil {
+		return res, err
+	}
+	off0 := make([]snap, len(offline))
+	for i, p := range offline {
+		if off0[i], err = n.processSnap(ctx, p); err != nil {
+			return res, err
+		}
+	}
+	on, err := n.start(ctx, "online", api.Online, n.art.Infer, s.InferArgs(dur)...)
+	if err != nil {
+		return res, err
+	}
+	defer on.kill()
+	smp := &sampler{n: n, online: on, kernels: s.Online.Kernels, start: dev0}
+	sctx, stopSampling := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); smp.run(sctx, s.Sample.D()) }()
+	werr := on.wait(ctx, dur+60*time.Second)
+	stopSampling()
+	wg.Wait()
+	if werr != nil {
+		return res, werr
+	}
+	dev1, err := n.deviceSnap(ctx)
+	if err != nil {
+		return res, err
+	}
+	off1 := make([]snap, len(offline))
+	for i, p := range offline {
+		if p.running() {
+			if off1[i], err = n.processSnap(ctx, p); err != nil {
+				return res, err
+			}
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s ended before the online service did", p.name))
+			off1[i] = off0[i] // counted as nothing; it is an error or an eviction below
+		}
+	}
+	for _, p := range offline {
+		if err := p.wait(ctx, 30*time.Second); err != nil {
+			res.Notes = append(res.Notes, err.Error())
+			res.Errors++
+		}
+	}
+
+	// Online figures.
+	io := parseInfer(on.output())
+	if !io.ok {
+		return res, fmt.Errorf("the online service printed no result: %s", lastLine(on.output()))
+	}
+	res.GPUP50, res.GPUP99, res.HostP50, res.HostP99 = io.GPUP50, io.GPUP99, io.P50, io.P99
+	res.Requests = io.Requests
+	res.Errors += io.Errors
+	if io.FirstError != "" {
+		res.Notes = append(res.Notes, "online: "+io.FirstError)
+	}
+	// Offline figures.
+	for i, p := range offline {
+		v := itPerS(off0[i], off1[i], s.Offline[i].Kernels)
+		res.OfflineItPerS = append(res.OfflineItPerS, v)
+		if i < len(alone) && alone[i] > 0 {
+			res.OfflineNorm += v / alone[i]
+		}
+		t := parseTrain(p.output())
+		switch {
+		case p.signalled():
+			res.Evictions++
+			res.Notes = append(res.Notes, fmt.Sprintf("%s was ended by a signal: %s", p.name, p.cmd.ProcessState))
+		case !t.ok:
+			res.Errors++
+			res.Notes = append(res.Notes, fmt.Sprintf("%s printed no result: %s", p.name, lastLine(p.output())))
+		case t.Errors > 0:
+			res.Errors += t.Errors
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: %s", p.name, t.FirstError))
+		}
+	}
+	// GPU figures over the window.
+	res.Window = dev1.at.Sub(dev0.at)
+	if w := float64(res.Window.Nanoseconds()); w > 0 {
+		res.Util = (dev1.busyNs - dev0.busyNs) / w
+		if dev1.sms > 0 {
+			res.SMActivity = (dev1.smNs - dev0.smNs) / w / float64(dev1.sms)
+		}
+	}
+	res.Samples = smp.samples
+	return res, nil
+}
+
+// devSnap is GPU 0's cumulative counters at one instant (gpusim's model clock).
+type devSnap struct {
+	at            time.Time
+	busyNs, smNs  float64
+	sms           int
+	onlineLaunch  uint64
+	onlineBusyNs  float64
+	haveOnlineCtr bool
+}
+
+func (n *node) deviceSnap(ctx context.Context) (devSnap, error) {
+	st, err := n.sim.Stats(ctx)
+	if err != nil {
+		return devSnap{}, fmt.Errorf("read gpusim counters: %w", err)
+	}
+	if len(st) == 0 {
+		return devSnap{}, fmt.Errorf("gpusim reports no GPU")
+	}
+	return devSnapOf(st[0], -1), nil
+}
+
+func devSnapOf(d simclient.DeviceStats, onlinePID int) devSnap {
+	s := devSnap{at: time.UnixMicro(d.TimestampUnixUs), busyNs: d.BusyNs, smNs: d.SMNs, sms: d.SMs}
+	for _, p := range d.Processes {
+		if p.PID == onlinePID {
+			s.onlineLaunch, s.onlineBusyNs, s.haveOnlineCtr = p.Launches, p.BusyNs, true
+		}
+	}
+	return s
+}
+
+// sampler records the plot's series while the online service runs.
+type sampler struct {
+	n       *node
+	online  *proc
+	kernels int
+	start   devSnap
+	samples []Sample
+}
+
+func (sm *sampler) run(ctx context.Context, every time.Duration) {
+	prev := sm.start
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := sm.n.sim.Stats(ctx)
+		if err != nil || len(st) == 0 {
+			continue
+		}
+		cur := devSnapOf(st[0], sm.online.cmd.Process.Pid)
+		smp := Sample{T: cur.at.Sub(sm.start.at), OnlineQPS: math.NaN(), OnlineGPUms: math.NaN(), OfflineShare: math.NaN(), OnlineDemand: math.NaN()}
+		dt := float64(cur.at.Sub(prev.at).Nanoseconds())
+		if dt <= 0 {
+			continue
+		}
+		smp.Util = (cur.busyNs - prev.busyNs) / dt
+		if cur.sms > 0 {
+			smp.SMActivity = (cur.smNs - prev.smNs) / dt / float64(cur.sms)
+		}
+		if cur.haveOnlineCtr && prev.haveOnlineCtr && cur.onlineLaunch >= prev.onlineLaunch {
+			req := float64(cur.onlineLaunch-prev.onlineLaunch) / float64(sm.kernels)
+			smp.OnlineQPS = req / (dt / 1e9)
+			if req >= 1 {
+				smp.OnlineGPUms = (cur.onlineBusyNs - prev.onlineBusyNs) / req / 1e6
+			}
+		}
+		if sm.n.client != nil {
+			if g, err := sm.n.client.GPUs(ctx); err == nil && len(g) > 0 {
+				smp.OfflineShare, smp.OnlineDemand = g[0].OfflineShare, g[0].OnlineDemand
+			}
+		}
+		sm.samples = append(sm.samples, smp)
+		prev = cur
+	}
+}

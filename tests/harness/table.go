@@ -1,0 +1,108 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Row is one strategy's line of the comparison table, already formatted.
+type Row []string
+
+// tableHeader names the columns; p50/p99 are the online service's GPU-side latencies.
+var tableHeader = Row{"strategy", "p50 ms", "p99 ms", "p99 ÷ alone", "host p99 ms", "offline norm.", "GPU util", "util ÷ alone", "SM activity", "errors", "evictions"}
+
+// Rows formats the report's results; ratios are against online-alone when it ran.
+func (r *Report) Rows() []Row {
+	base, haveBase := r.Result(OnlineAlone)
+	var rows []Row
+	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	for _, x := range r.Results {
+		if x.Skipped != "" {
+			rows = append(rows, Row{string(x.Strategy), "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"})
+			continue
+		}
+		row := Row{string(x.Strategy), f(x.GPUP50, 2), f(x.GPUP99, 2), "-", f(x.HostP99, 1), "-",
+			f(100*x.Util, 0) + "%", "-", f(x.SMActivity, 2), strconv.Itoa(x.Errors), strconv.Itoa(x.Evictions)}
+		if haveBase && base.GPUP99 > 0 {
+			row[3] = f(x.GPUP99/base.GPUP99, 2) + "×"
+		}
+		if len(x.OfflineItPerS) > 0 && len(r.OfflineAlone) == len(x.OfflineItPerS) {
+			row[5] = f(x.OfflineNorm, 2)
+		}
+		if haveBase && base.Util > 0 {
+			row[7] = f(x.Util/base.Util, 2) + "×"
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// WriteTable prints the comparison as an aligned text table with a short legend.
+func (r *Report) WriteTable(w io.Writer) {
+	s := r.Scenario
+	fmt.Fprintf(w, "scenario %s: %s on a simulated %s, %v per run, %s, 1 s = %.0f s of a day\n\n",
+		s.Name, s.Online.Rate, strings.ToUpper(s.GPU), s.Duration.D(), s.RateSpec(), s.Compression())
+	rows := append([]Row{tableHeader}, r.Rows()...)
+	width := make([]int, len(tableHeader))
+	for _, row := range rows {
+		for i, c := range row {
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	for k, row := range rows {
+		var b strings.Builder
+		for i, c := range row {
+			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
+			if i == 0 {
+				b.WriteString(c + pad)
+			} else {
+				b.WriteString("  " + pad + c)
+			}
+		}
+		fmt.Fprintln(w, b.String())
+		if k == 0 {
+			fmt.Fprintln(w, strings.Repeat("-", len([]rune(b.String()))))
+		}
+	}
+	fmt.Fprintln(w)
+	r.writeLegend(w, "")
+}
+
+// WriteMarkdown prints the comparison as a Markdown table with the same legend.
+func (r *Report) WriteMarkdown(w io.Writer) {
+	fmt.Fprintln(w, "| "+strings.Join(tableHeader, " | ")+" |")
+	sep := make([]string, len(tableHeader))
+	for i := range sep {
+		sep[i] = "---:"
+	}
+	sep[0] = "---"
+	fmt.Fprintln(w, "|"+strings.Join(sep, "|")+"|")
+	for _, row := range r.Rows() {
+		fmt.Fprintln(w, "| "+strings.Join(row, " | ")+" |")
+	}
+	fmt.Fprintln(w)
+	r.writeLegend(w, "- ")
+}
+
+func (r *Report) writeLegend(w io.Writer, bullet string) {
+	var alone []string
+	for i, v := range r.OfflineAlone {
+		alone = append(alone, fmt.Sprintf("%s %.1f it/s", r.Scenario.Offline[i].Name, v))
+	}
+	if len(alone) > 0 {
+		fmt.Fprintf(w, "%soffline alone: %s (the normaliser of \"offline norm.\")\n", bullet, strings.Join(alone, ", "))
+	}
+	fmt.Fprintf(w, "%sp50/p99: online GPU-side latency (request events, model time); host p99 adds queueing and this machine's CPU delays\n", bullet)
+	for _, x := range r.Results {
+		if x.Skipped != "" {
+			fmt.Fprintf(w, "%s%s: n/a — %s\n", bullet, x.Strategy, x.Skipped)
+		}
+		for _, n := range x.Notes {
+			fmt.Fprintf(w, "%s%s: %s\n", bullet, x.Strategy, n)
+		}
+	}
+	fmt.Fprintf(w, "%sall runs took %v\n", bullet, r.Elapsed.Round(time.Second))
+}
