@@ -147,6 +147,7 @@ type Stats struct {
 // Reasons a job can be left out.
 const (
 	ReasonNoGPU  = "no healthy GPU with the memory and type it needs"
+	ReasonFloor  = "every GPU it fits is predicted to leave it or the online work below the throughput floors"
 	ReasonOutbid = "eligible GPUs went to pairs of higher predicted throughput"
 )
 
@@ -328,20 +329,24 @@ func (p *Planner) predict(job profile.Profile, s gpuSlot) (float64, float64) {
 func (p *Planner) solveExact(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error) {
 	w := make([]float64, len(jobs)*len(slots))
 	for i, j := range jobs {
-		any := false
+		fit, edge := false, false
 		for c, s := range slots {
 			x := math.Inf(-1)
 			if fits(j, s.gpu) {
+				fit = true
 				x = p.weight(j, s)
 			}
 			if !math.IsInf(x, -1) {
-				any = true
+				edge = true
 				pl.Stats.Edges++
 			}
 			w[i*len(slots)+c] = x
 		}
-		if !any {
+		switch {
+		case !fit:
 			pl.Unassigned[j.ID] = ReasonNoGPU
+		case !edge:
+			pl.Unassigned[j.ID] = ReasonFloor
 		}
 	}
 	res, err := p.dense.MaxWeightMatching(w, len(jobs), len(slots))
@@ -448,6 +453,19 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		}
 		if n == 0 {
 			pl.Unassigned[j.ID] = ReasonNoGPU
+			for _, gi := range order {
+				if !math.IsInf(gw[gi], -1) {
+					break // a group passed the floors: memory ruled it out
+				}
+				if len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, groups[gi].typ) {
+					for _, c := range groups[gi].slots {
+						if fits(j, slots[c].gpu) {
+							pl.Unassigned[j.ID] = ReasonFloor
+							break
+						}
+					}
+				}
+			}
 		}
 		g.Start = append(g.Start, len(g.Col))
 	}

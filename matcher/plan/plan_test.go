@@ -87,7 +87,13 @@ func TestPlanConstraints(t *testing.T) {
 
 func TestPlanProtectsOnline(t *testing.T) {
 	reports := []profile.NodeReport{{Node: profile.NodeInfo{Name: "n"}, GPUs: []profile.GPUReport{gpu("g", "H200", 80000, prof(100))}}}
-	p, err := NewPlanner(Config{Predictor: rule{}, MinOnlineTput: 0.5})
+	for _, mode := range []Mode{Exact, TopK} {
+		t.Run(string(mode), func(t *testing.T) { testProtectsOnline(t, reports, mode) })
+	}
+}
+
+func testProtectsOnline(t *testing.T, reports []profile.NodeReport, mode Mode) {
+	p, err := NewPlanner(Config{Predictor: rule{}, MinOnlineTput: 0.5, Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +102,8 @@ func TestPlanProtectsOnline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pl.Assignments) != 0 {
-		t.Fatalf("heavy job paired with a busy online GPU: %+v", pl.Assignments)
+	if len(pl.Assignments) != 0 || pl.Unassigned["b/heavy"] != ReasonFloor {
+		t.Fatalf("heavy job paired with a busy online GPU or wrong reason: %+v", pl)
 	}
 	pl, err = p.Plan(reports, []Job{job("b/light", 30, 1)})
 	if err != nil {

@@ -1,0 +1,221 @@
+package muxmatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/matcher/plan"
+	"github.com/muxflow/muxflow/matcher/profile"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := Run(context.Background(), args, &out)
+	return out.String(), err
+}
+
+func sampleReport(node string, uuids ...string) profile.NodeReport {
+	r := profile.NodeReport{Node: profile.NodeInfo{Name: node}}
+	for i, u := range uuids {
+		r.GPUs = append(r.GPUs, profile.GPUReport{UUID: u, Index: i, Type: "H200", MemoryTotalMiB: 143771, MemoryFreeMiB: 100000,
+			Health: profile.Healthy, Online: &profile.Workload{ID: "prod/svc-" + u, Profile: profile.Profile{GPUUtil: float64(10 + 30*i), MemBWUtil: 10, MemoryMiB: 20000}}})
+	}
+	return r
+}
+
+func writeJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "f.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestImportTrainPlan(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "lucid.csv")
+	if _, err := run(t, "import-lucid", "-o", data); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(dir, "model.json")
+	out, err := run(t, "train", data, "-o", model, "--hidden", "8,8", "--epochs", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "trained mlp[8 8] on 1426 samples") {
+		t.Errorf("train output: %s", out)
+	}
+	reports := writeJSON(t, []profile.NodeReport{sampleReport("n1", "GPU-a", "GPU-b"), sampleReport("n2", "GPU-c")})
+	jobs := writeJSON(t, []plan.Job{
+		{ID: "batch/a", Profile: profile.Profile{GPUUtil: 40, MemBWUtil: 20, MemoryMiB: 8000}},
+		{ID: "batch/b", Profile: profile.Profile{GPUUtil: 20, MemBWUtil: 5, MemoryMiB: 4000}},
+	})
+	for _, extra := range [][]string{nil, {"--model", model}, {"--mode", "topk", "--k", "2"}} {
+		out, err = run(t, append([]string{"plan", "--reports", reports, "--jobs", jobs}, extra...)...)
+		if err != nil {
+			t.Fatalf("plan %v: %v", extra, err)
+		}
+		var pl plan.Plan
+		if err := json.Unmarshal([]byte(out), &pl); err != nil {
+			t.Fatalf("plan output is not a plan: %v\n%s", err, out)
+		}
+		// A model trained for three epochs may predict anything; the plan
+		// must still account for every job.
+		placed := len(pl.Assignments) + len(pl.Unassigned)
+		if placed != 2 || pl.Stats.EligibleGPUs != 3 || extra == nil && len(pl.Assignments) != 2 {
+			t.Errorf("plan %v: %+v", extra, pl)
+		}
+	}
+}
+
+func TestCommandErrors(t *testing.T) {
+	bad := writeJSON(t, map[string]any{"format": "nope"})
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"train"}, "exactly one DATA.csv"},
+		{[]string{"train", "/nonexistent.csv"}, "open training data"},
+		{[]string{"train", "x.csv", "--hidden", "a,b"}, "--hidden"},
+		{[]string{"plan"}, "--reports and --jobs are required"},
+		{[]string{"plan", "--reports", bad, "--jobs", bad, "--model", bad}, "unusable model file"},
+		{[]string{"plan", "--reports", bad, "--jobs", bad, "--mode", "fast"}, "unknown mode"},
+		{[]string{"serve"}, "exactly one of --nodes and --reports"},
+		{[]string{"serve", "--reports", bad, "--interval", "1ms"}, "too short"},
+		{[]string{"replay", "--windows", "0"}, "windows"},
+		{[]string{"eval", "a.csv", "b.csv"}, "at most one"},
+		{[]string{"train", "--no-such-flag"}, "flag provided but not defined"},
+	}
+	for _, tc := range tests {
+		_, err := run(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("muxmatch %v: err = %v, want it to contain %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestEvalLucid(t *testing.T) {
+	out, err := run(t, "eval", "--hidden", "4", "--epochs", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"mean", "linear", "analytic", "mlp[4]"} {
+		if !strings.Contains(out, "\n"+m+" ") {
+			t.Errorf("eval output lacks %s:\n%s", m, out)
+		}
+	}
+}
+
+func TestNodeSource(t *testing.T) {
+	good := sampleReport("n1", "GPU-1")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, _ *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{"node": good.Node, "gpus": good.GPUs, "containers": []string{"x"}})
+	})
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	// The same report over muxd's unix socket.
+	sock := filepath.Join(t.TempDir(), "muxd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := &http.Server{Handler: mux}
+	go us.Serve(ln)
+	defer us.Close()
+	broken := httptest.NewServer(http.NotFoundHandler())
+	defer broken.Close()
+
+	src := NodeSource{Endpoints: []string{ts.URL, sock, broken.URL}, Timeout: 2 * time.Second}
+	got, err := src.Reports(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Node.Name != "n1" || got[1].GPUs[0].UUID != "GPU-1" {
+		t.Fatalf("reports %+v", got)
+	}
+	if _, err := (NodeSource{Endpoints: []string{broken.URL}}).Reports(context.Background()); err == nil || !strings.Contains(err.Error(), "no node answered") {
+		t.Errorf("all nodes down: err = %v", err)
+	}
+}
+
+func TestFileSourceForms(t *testing.T) {
+	r := sampleReport("n1", "GPU-1")
+	for _, v := range []any{[]profile.NodeReport{r}, r, map[string]any{"nodes": []profile.NodeReport{r}}} {
+		got, err := FileSource{Path: writeJSON(t, v)}.Reports(context.Background())
+		if err != nil || len(got) != 1 || got[0].Node.Name != "n1" {
+			t.Errorf("%T: %v %v", v, got, err)
+		}
+	}
+	if _, err := (FileSource{Path: writeJSON(t, []map[string]any{{"node": map[string]string{}}})}).Reports(context.Background()); err == nil {
+		t.Error("invalid report accepted")
+	}
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	reports := writeJSON(t, []profile.NodeReport{sampleReport("gpu-a", "GPU-1")})
+	jobs := writeJSON(t, []plan.Job{{ID: "batch/resnet-train-7", Profile: profile.Profile{GPUUtil: 30, MemBWUtil: 10, MemoryMiB: 2000}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--listen", addr, "--reports", reports, "--jobs", jobs, "--interval", "200ms"}, &bytes.Buffer{})
+	}()
+	var pl plan.Plan
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/v1/plan")
+		if err == nil && resp.StatusCode == 200 {
+			json.NewDecoder(resp.Body).Decode(&pl)
+			resp.Body.Close()
+			break
+		}
+		if err == nil {
+			resp.Body.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no plan served")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(pl.Assignments) != 1 || pl.Assignments[0].Node != "gpu-a" {
+		t.Fatalf("plan %+v", pl)
+	}
+	body := `{"Pod":{"metadata":{"name":"resnet-train-7","namespace":"batch","annotations":{"muxflow.io/class":"offline"}},"spec":{},"status":{}},"NodeNames":["gpu-a","gpu-b"]}`
+	resp, err := http.Post("http://"+addr+"/filter", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct{ NodeNames []string }
+	json.NewDecoder(resp.Body).Decode(&res)
+	resp.Body.Close()
+	if len(res.NodeNames) != 1 || res.NodeNames[0] != "gpu-a" {
+		t.Errorf("filter kept %v, want [gpu-a]", res.NodeNames)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve returned %v after cancel", err)
+	}
+}
