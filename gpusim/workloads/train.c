@@ -122,6 +122,7 @@ int main(int argc, char **argv)
 	}
 	long done = 0, errors = 0;
 	double gpu_ms = 0;
+	struct latencies steps = {0};
 	CUresult first = CUDA_SUCCESS;
 	double t0 = now_s();
 	while (iters > 0 ? done < iters : now_s() - t0 < duration) {
@@ -144,12 +145,14 @@ int main(int argc, char **argv)
 			break;
 		}
 		gpu_ms += ms;
+		lat_add(&steps, ms);
 		done++;
 	}
 	double el = now_s() - t0;
-	printf("{\"iterations\":%ld,\"it_per_s\":%.3f,\"gpu_ms_per_iter\":%.3f,\"duration_s\":%.3f,\"errors\":%ld,\"first_error\":\"%s\","
+	double smin = lat_pct(&steps, 0), smed = lat_pct(&steps, 50);
+	printf("{\"iterations\":%ld,\"it_per_s\":%.3f,\"gpu_ms_per_iter\":%.3f,\"gpu_ms_min\":%.3f,\"gpu_ms_p50\":%.3f,\"duration_s\":%.3f,\"errors\":%ld,\"first_error\":\"%s\","
 	       "\"mem_bytes\":%llu,\"graph\":%s,\"kernels_per_iter\":%d}\n",
-	       done, el > 0 ? (double)done / el : 0, done ? gpu_ms / (double)done : 0, el, errors, first == CUDA_SUCCESS ? "" : drv_errname(&d, first),
+	       done, el > 0 ? (double)done / el : 0, done ? gpu_ms / (double)done : 0, smin, smed, el, errors, first == CUDA_SUCCESS ? "" : drv_errname(&d, first),
 	       (unsigned long long)mem, graph ? "true" : "false", kernels);
 	fflush(stdout);
 	if (first != CUDA_SUCCESS)
