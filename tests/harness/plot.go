@@ -170,16 +170,16 @@ func drawPanel(img *image.RGBA, p Panel, area image.Rectangle, tmax time.Duratio
 		label := strconv.FormatFloat(ymax*float64(k)/4, 'g', 3, 64)
 		text(img, area.Min.X-8-7*len(label), y+4, label, colAxis)
 	}
-	ticks := 6
-	for k := 0; k <= ticks; k++ {
-		x := area.Min.X + k*area.Dx()/ticks
+	xOf := func(t time.Duration) int { return area.Min.X + int(float64(area.Dx())*t.Seconds()/tmax.Seconds()) }
+	step := niceCeil(tmax.Seconds() / 8)
+	for t := 0.0; t <= tmax.Seconds()+1e-9; t += step {
+		x := xOf(time.Duration(t * float64(time.Second)))
 		vline(img, x, area.Min.Y, area.Max.Y, colGrid)
-		label := strconv.FormatFloat((tmax * time.Duration(k) / time.Duration(ticks)).Seconds(), 'f', 0, 64) + "s"
+		label := strconv.FormatFloat(t, 'g', 4, 64) + "s"
 		text(img, x-7*len(label)/2, area.Max.Y+14, label, colAxis)
 	}
 	hline(img, area.Min.X, area.Max.X, area.Max.Y, colAxis)
 	vline(img, area.Min.X, area.Min.Y, area.Max.Y, colAxis)
-	xOf := func(t time.Duration) int { return area.Min.X + int(float64(area.Dx())*t.Seconds()/tmax.Seconds()) }
 	yOf := func(v float64) int {
 		v = math.Max(0, math.Min(v, ymax))
 		return area.Max.Y - int(float64(area.Dy())*v/ymax)

@@ -90,7 +90,10 @@ type Result struct {
 	// completion as the client saw it, queueing and host delays included.
 	GPUP50, GPUP99   float64
 	HostP50, HostP99 float64
-	Requests         int
+	// BusyPerRequest is the online service's mean kernel time per request (ms) from
+	// gpusim's counters: how much sharing slowed its kernels, whatever the host did.
+	BusyPerRequest float64
+	Requests       int
 	// OfflineItPerS is each offline job's iterations per second over the window.
 	OfflineItPerS []float64
 	// OfflineNorm is the sum over offline jobs of shared it/s ÷ alone it/s.
@@ -452,6 +455,10 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64) 
 		}
 	}
 	res.Samples = smp.samples
+	res.BusyPerRequest = math.NaN()
+	if smp.requests > 0 {
+		res.BusyPerRequest = smp.busyNs / smp.requests / 1e6
+	}
 	return res, nil
 }
 
@@ -493,6 +500,8 @@ type sampler struct {
 	kernels int
 	start   devSnap
 	samples []Sample
+	// totals over the samples that saw the online process
+	busyNs, requests float64
 }
 
 func (sm *sampler) run(ctx context.Context, every time.Duration) {
@@ -525,6 +534,8 @@ func (sm *sampler) run(ctx context.Context, every time.Duration) {
 			if req >= 1 {
 				smp.OnlineGPUms = (cur.onlineBusyNs - prev.onlineBusyNs) / req / 1e6
 			}
+			sm.busyNs += cur.onlineBusyNs - prev.onlineBusyNs
+			sm.requests += req
 		}
 		if sm.n.client != nil {
 			if g, err := sm.n.client.GPUs(ctx); err == nil && len(g) > 0 {

@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +13,7 @@ import (
 type Row []string
 
 // tableHeader names the columns; p50/p99 are the online service's GPU-side latencies.
-var tableHeader = Row{"strategy", "p50 ms", "p99 ms", "p99 ÷ alone", "host p99 ms", "offline norm.", "GPU util", "util ÷ alone", "SM activity", "errors", "evictions"}
+var tableHeader = Row{"strategy", "p50 ms", "p99 ms", "p99 ÷ alone", "busy ÷ alone", "offline norm.", "GPU util", "util ÷ alone", "SM activity", "errors", "evictions"}
 
 // Rows formats the report's results; ratios are against online-alone when it ran.
 func (r *Report) Rows() []Row {
@@ -24,10 +25,13 @@ func (r *Report) Rows() []Row {
 			rows = append(rows, Row{string(x.Strategy), "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"})
 			continue
 		}
-		row := Row{string(x.Strategy), f(x.GPUP50, 2), f(x.GPUP99, 2), "-", f(x.HostP99, 1), "-",
+		row := Row{string(x.Strategy), f(x.GPUP50, 2), f(x.GPUP99, 2), "-", "-", "-",
 			f(100*x.Util, 0) + "%", "-", f(x.SMActivity, 2), strconv.Itoa(x.Errors), strconv.Itoa(x.Evictions)}
 		if haveBase && base.GPUP99 > 0 {
 			row[3] = f(x.GPUP99/base.GPUP99, 2) + "×"
+		}
+		if haveBase && base.BusyPerRequest > 0 && !math.IsNaN(x.BusyPerRequest) {
+			row[4] = f(x.BusyPerRequest/base.BusyPerRequest, 2) + "×"
 		}
 		if len(x.OfflineItPerS) > 0 && len(r.OfflineAlone) == len(x.OfflineItPerS) {
 			row[5] = f(x.OfflineNorm, 2)
@@ -95,7 +99,16 @@ func (r *Report) writeLegend(w io.Writer, bullet string) {
 	if len(alone) > 0 {
 		fmt.Fprintf(w, "%soffline alone: %s (the normaliser of \"offline norm.\")\n", bullet, strings.Join(alone, ", "))
 	}
-	fmt.Fprintf(w, "%sp50/p99: online GPU-side latency (request events, model time); host p99 adds queueing and this machine's CPU delays\n", bullet)
+	fmt.Fprintf(w, "%sp50/p99: the online service's latency on the GPU (from its request events; excludes host queueing); busy: its mean kernel time per request (gpusim counters)\n", bullet)
+	var host []string
+	for _, x := range r.Results {
+		if x.Skipped == "" {
+			host = append(host, fmt.Sprintf("%s %.1f/%.1f", x.Strategy, x.HostP50, x.HostP99))
+		}
+	}
+	if len(host) > 0 {
+		fmt.Fprintf(w, "%shost-side p50/p99 ms (arrival to completion, includes this machine's CPU contention): %s\n", bullet, strings.Join(host, ", "))
+	}
 	for _, x := range r.Results {
 		if x.Skipped != "" {
 			fmt.Fprintf(w, "%s%s: n/a — %s\n", bullet, x.Strategy, x.Skipped)
