@@ -20,7 +20,7 @@ const minRounds = 15
 // GPU (muxd registration, both hooks and unregistration included).
 func BenchmarkRuncRun(b *testing.B) {
 	runc := lookTool(b, "runc")
-	n := newNode(b, runc)
+	n := newNode(b, runc, "")
 	rootfs := busyboxRootfs(b, n.dir)
 	runcRoot := filepath.Join(n.dir, "runc-root")
 	plainBundle := filepath.Join(n.dir, "plain")

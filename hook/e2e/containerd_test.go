@@ -52,10 +52,11 @@ func startContainerd(t *testing.T) *containerdEnv {
 	after := filepath.Join(dirBin, "spy-after")
 	before := filepath.Join(dirBin, "spy-before")
 	must(t, os.WriteFile(after, []byte(strings.ReplaceAll(strings.ReplaceAll(spy, "$SPY_TAG", "after"), "$SPY_NEXT", runc)), 0o755))
-	e.node = newNode(t, after)
+	e.node = newNode(t, after, fakeLibxcuda(t, dirBin))
 	e.outDir = filepath.Join(e.dir, "out")
 	must(t, os.MkdirAll(e.outDir, 0o755))
 	e.rootfs = busyboxRootfs(t, e.dir)
+	addDynamicProgram(t, e.rootfs, "/usr/bin/true")
 
 	// containerd's own default config, edited by `muxctl runtime configure`.
 	def, err := exec.Command(containerd, "config", "default").Output()
@@ -176,6 +177,7 @@ const probe = `
   test -d /run/muxflow/mps && echo "mps:present"
   if echo tamper > /run/muxflow/ctl/limits 2>/dev/null; then echo "limits:WRITABLE"; else echo "limits:read-only"; fi
   if [ -w /run/muxflow/ctl/usage ]; then echo "usage:writable"; fi
+  echo "dyn:$(/usr/bin/dyn 2>&1)"
   if echo tamper > /usr/lib/muxflow/libxcuda.so 2>/dev/null; then echo "lib:WRITABLE"; fi
 } > /out/$ID.probe.tmp
 mv /out/$ID.probe.tmp /out/$ID.probe
@@ -203,7 +205,7 @@ func TestContainerd(t *testing.T) {
 		for _, want := range []string{
 			"env:CUDA_MPS_PIPE_DIRECTORY=/run/muxflow/mps MUXFLOW_CLASS=offline XCUDA_CONTROL_BLOCK=/run/muxflow/ctl ",
 			"preload:" + wiring.ContainerLib,
-			"lib:present", "mps:present", "limits:read-only", "usage:writable",
+			"lib:present", "mps:present", "limits:read-only", "usage:writable", "dyn:" + preloadMarker,
 		} {
 			if !strings.Contains(string(got), want+"\n") {
 				t.Errorf("probe lacks %q:\n%s", want, got)
@@ -231,7 +233,8 @@ func TestContainerd(t *testing.T) {
 
 	t.Run("non-GPU container spec is byte-for-byte unchanged", func(t *testing.T) {
 		id := "plain"
-		out, err := e.run(t, id, false, []string{"ID=" + id}, map[string]string{"muxflow.io/class": "offline"}, "echo hello")
+		// A dynamically linked program runs without the preload: nothing was wired.
+		out, err := e.run(t, id, false, []string{"ID=" + id}, map[string]string{"muxflow.io/class": "offline"}, "/usr/bin/dyn && echo hello")
 		if err != nil || out != "hello" {
 			t.Fatalf("ctr run: %v\n%s", err, out)
 		}

@@ -39,7 +39,9 @@ func lookTool(t testing.TB, name string) string {
 	return p
 }
 
-func newNode(t testing.TB, runtimeName string) *node {
+// newNode starts muxd under a fresh policy whose hook.runtime is runtimeName and whose
+// hook.libxcuda is lib (a placeholder file when empty).
+func newNode(t testing.TB, runtimeName, lib string) *node {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("these tests run containers and need root (CI runs as root)")
@@ -57,10 +59,11 @@ func newNode(t testing.TB, runtimeName string) *node {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	n.dir = dir
 	n.socket = filepath.Join(dir, "run", "muxd.sock")
-	// busybox-static is a static binary, so the dynamic loader never reads libxcuda: a
-	// placeholder file proves the mount without depending on libxcuda's build.
-	lib := filepath.Join(dir, "libxcuda.so")
-	must(t, os.WriteFile(lib, []byte("placeholder for the mount test\n"), 0o644))
+	if lib == "" {
+		// Static busybox never runs the dynamic loader, so the file's content is not read.
+		lib = filepath.Join(dir, "libxcuda.so")
+		must(t, os.WriteFile(lib, []byte("placeholder for the mount test\n"), 0o644))
+	}
 	n.policy = filepath.Join(dir, "policy.toml")
 	must(t, os.WriteFile(n.policy, []byte(fmt.Sprintf(`[node]
 state_dir = %q
@@ -187,4 +190,51 @@ func runCmd(ctx context.Context, name string, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return strings.TrimSpace(out.String()), err
+}
+
+// preloadMarker is what fakeLibxcuda prints when the dynamic loader loads it.
+const preloadMarker = "fake-libxcuda-preloaded"
+
+// fakeLibxcuda builds a shared library that announces itself on stderr when loaded. It
+// stands in for libxcuda to prove that the container's /etc/ld.so.preload loads the mounted
+// library, without depending on libxcuda's own build or a GPU.
+func fakeLibxcuda(t testing.TB, dir string) string {
+	t.Helper()
+	src := filepath.Join(dir, "fakexcuda.c")
+	must(t, os.WriteFile(src, []byte(`#include <unistd.h>
+__attribute__((constructor)) static void loaded(void) {
+	static const char m[] = "`+preloadMarker+`\n";
+	(void)!write(2, m, sizeof m - 1);
+}
+`), 0o644))
+	lib := filepath.Join(dir, "libxcuda.so")
+	if out, err := exec.Command(lookTool(t, "gcc"), "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("build the stand-in libxcuda: %v\n%s", err, out)
+	}
+	return lib
+}
+
+// addDynamicProgram copies a dynamically linked program and the libraries ldd names into
+// rootfs at the same paths, as /usr/bin/dyn.
+func addDynamicProgram(t testing.TB, rootfs, program string) {
+	t.Helper()
+	out, err := exec.Command(lookTool(t, "ldd"), program).Output()
+	if err != nil {
+		t.Fatalf("ldd %s: %v", program, err)
+	}
+	copyFile := func(src, dst string) {
+		data, err := os.ReadFile(src) // follows symlinks: the container gets the real file
+		must(t, err)
+		must(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+		must(t, os.WriteFile(dst, data, 0o755))
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		for _, w := range f {
+			if strings.HasPrefix(w, "/") {
+				copyFile(w, filepath.Join(rootfs, w))
+			}
+		}
+	}
+	copyFile(program, filepath.Join(rootfs, "usr", "bin", "dyn"))
 }
