@@ -14,11 +14,6 @@ extern const char *xc_libcuda_path;
 CUresult xc_gpa_v1(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
     __asm__("cuGetProcAddress");
 
-/* Defined here under their exported names (not through the header's
- * macros, which differ between CUDA 12 and 13 for contexts). */
-CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
-CUresult cuCtxDestroy_v2(CUcontext ctx);
-
 #define HOOK(sym, wrapper, field) {sym, (void *)(wrapper), (void **)&xc_real.field}
 
 const struct xc_hook xc_hooks[] = {

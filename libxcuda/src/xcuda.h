@@ -27,6 +27,29 @@
 #define XC_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 #define XC_ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
 
+/* libxcuda's wrappers, declared by their exported names: NVIDIA's cuda.h
+ * declares the per-thread-stream variants only through macros, and CUDA 13
+ * changed the context-creation names, so the sources do not rely on the
+ * driver header for these. */
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags,
+                        CUdevice dev);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                             unsigned int bx, unsigned int by, unsigned int bz,
+                             unsigned int shmem, CUstream s, void **params, void **extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
+                               void **extra);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                        unsigned int gz, unsigned int bx, unsigned int by,
+                                        unsigned int bz, unsigned int shmem, CUstream s,
+                                        void **params);
+CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream hStream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+
 /* ---- real.c ---- */
 
 /* The real driver's functions libxcuda calls or wraps. */

@@ -9,7 +9,7 @@ stub=$BUILD/libxcuda/stub
 bench=$BUILD/libxcuda/tests/xcbench
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-go run ./tests/mkblock "$work/ctl"
+"$BUILD/libxcuda/tests/xcblock" create "$work/ctl"
 
 run() { env LD_LIBRARY_PATH="$stub" LD_PRELOAD="$lib" XCUDA_CONTROL_BLOCK="$work/ctl" "$@"; }
 

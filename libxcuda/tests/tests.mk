@@ -3,7 +3,8 @@
 STUBDIR := $(BUILD)/libxcuda/stub
 TEST_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(CUDA_INC) -Iinclude
 
-all: $(STUBDIR)/libcuda.so.1 $(TESTDIR)/xctest $(TESTDIR)/xctest-linked $(TESTDIR)/xcbench
+all: $(STUBDIR)/libcuda.so.1 $(TESTDIR)/xctest $(TESTDIR)/xctest-linked $(TESTDIR)/xcbench \
+     $(TESTDIR)/xcblock
 
 $(STUBDIR):
 	mkdir -p $@
@@ -20,6 +21,9 @@ $(TESTDIR)/xctest-linked: tests/xctest.c $(STUBDIR)/libcuda.so.1 | $(TESTDIR)
 
 $(TESTDIR)/xcbench: tests/xcbench.c $(STUBDIR)/libcuda.so.1 | $(TESTDIR)
 	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(STUBDIR) -lcuda -ldl
+
+$(TESTDIR)/xcblock: tests/xcblock.c include/xcuda_ctl.h | $(TESTDIR)
+	$(CC) $(TEST_CFLAGS) -o $@ $<
 
 test: all
 	@echo "libxcuda: acceptance tests run under go test (libxcuda/xcudatest)"
