@@ -394,18 +394,23 @@ func TestNewcomerWaitsForBlocksUnlessSMsAreFree(t *testing.T) {
 		{"neighbour capped at 70%", 70, 1000 * time.Microsecond, "39 SMs were free: no wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newTestSim(t, "h100")
-			if err := s.RegisterServer(999, 0, 100, nil); err != nil {
-				t.Fatal(err)
+			// a descheduled test goroutine can only add time: keep the best
+			// of three tries
+			best := time.Hour
+			for try := 0; try < 3; try++ {
+				s := newTestSim(t, "h100")
+				if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+					t.Fatal(err)
+				}
+				busy, online := newProc(t, s, 1, 999, tc.atp), newProc(t, s, 2, 999, 0)
+				// 20 waves of 1ms blocks over the whole GPU
+				busy.c.Launch(busy.st, 10, [3]uint32{132 * 8 * 20, 1, 1}, [3]uint32{256, 1, 1})
+				time.Sleep(2 * time.Millisecond)
+				best = min(best, online.run(t, 11, 33, 1)) // 33 SMs for 1ms
+				s.Close()
 			}
-			busy, online := newProc(t, s, 1, 999, tc.atp), newProc(t, s, 2, 999, 0)
-			// 20 waves of 1ms blocks over the whole GPU
-			busy.c.Launch(busy.st, 10, [3]uint32{132 * 8 * 20, 1, 1}, [3]uint32{256, 1, 1})
-			time.Sleep(2 * time.Millisecond)
-			got := online.run(t, 11, 33, 1) // 33 SMs for 1ms
-			// a descheduled test goroutine can only add time
-			if got < tc.want*97/100 || got > tc.want+250*time.Microsecond {
-				t.Errorf("online kernel took %v, want %v (%s)", got, tc.want, tc.describe)
+			if best < tc.want*97/100 || best > tc.want+150*time.Microsecond {
+				t.Errorf("online kernel took %v, want %v (%s)", best, tc.want, tc.describe)
 			}
 		})
 	}
