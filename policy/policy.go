@@ -34,6 +34,9 @@ type Policy struct {
 
 // Node holds where muxd keeps its state and how it is reached.
 type Node struct {
+	// Name is the node's name in the cluster (the Kubernetes node name) in reports to
+	// the matcher; empty means the hostname.
+	Name string `toml:"name"`
 	// StateDir holds the persistent container registry. Absolute.
 	StateDir string `toml:"state_dir"`
 	// RunDir holds per-container control blocks and other volatile files (tmpfs). Absolute.

@@ -4,7 +4,7 @@
 //
 // Endpoints:
 //
-//	GET    /v1/node                      NodeInfo
+//	GET    /v1/node                      NodeReport
 //	GET    /v1/gpus                      []GPU
 //	GET    /v1/containers                []Container
 //	POST   /v1/containers                RegisterRequest   -> Container (201; 200 if identical)
@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/muxflow/muxflow/matcher/profile"
 )
 
 // Prefix is the versioned path prefix of every endpoint.
@@ -153,12 +155,25 @@ type GPU struct {
 	OnlineDemand float64 `json:"online_demand"`
 }
 
+// NodeReport is the body of GET /v1/node: the node, each GPU with its online workload's
+// profile and its current offline pairing, and the co-locations the node measured since
+// muxd started. It is the matcher's profile.NodeReport with muxd's own node fields.
+type NodeReport struct {
+	Node        NodeInfo             `json:"node"`
+	GPUs        []profile.GPUReport  `json:"gpus"`
+	Colocations []profile.Colocation `json:"colocations,omitempty"`
+}
+
 // NodeInfo describes the node muxd runs on.
 type NodeInfo struct {
+	// Name is the node's name in the cluster (policy node.name, else the hostname).
+	Name string `json:"name"`
+	// Time is when the report was made.
+	Time       time.Time `json:"time"`
 	Hostname   string    `json:"hostname"`
 	Version    string    `json:"version"`
 	Started    time.Time `json:"started"`
-	GPUs       int       `json:"gpus"`
+	GPUCount   int       `json:"gpu_count"`
 	Containers int       `json:"containers"`
 	Policy     string    `json:"policy"`
 	MPS        MPSInfo   `json:"mps"`

@@ -101,8 +101,14 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 
 // Node returns the node's description.
 func (c *Client) Node(ctx context.Context) (api.NodeInfo, error) {
-	var n api.NodeInfo
-	return n, c.do(ctx, http.MethodGet, "/node", nil, &n)
+	r, err := c.NodeReport(ctx)
+	return r.Node, err
+}
+
+// NodeReport returns the node with its GPUs' workload profiles and co-location records.
+func (c *Client) NodeReport(ctx context.Context) (api.NodeReport, error) {
+	var r api.NodeReport
+	return r, c.do(ctx, http.MethodGet, "/node", nil, &r)
 }
 
 // GPUs returns the GPU inventory.

@@ -31,6 +31,7 @@ import (
 	"github.com/muxflow/muxflow/muxd/guard"
 	"github.com/muxflow/muxflow/muxd/inventory"
 	"github.com/muxflow/muxflow/muxd/mps"
+	"github.com/muxflow/muxflow/muxd/profiler"
 	"github.com/muxflow/muxflow/muxd/registry"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -66,9 +67,10 @@ type Daemon struct {
 	inv      inventory.Inventory
 	metrics  *metrics
 	started  time.Time
-	mps      *mps.Supervisor  // nil when the policy disables MPS
-	mon      *monitor.Monitor // nil without NVML
-	guard    *guard.Guard     // nil without NVML
+	mps      *mps.Supervisor    // nil when the policy disables MPS
+	mon      *monitor.Monitor   // nil without NVML
+	guard    *guard.Guard       // nil without NVML
+	prof     *profiler.Profiler // nil without NVML
 }
 
 type loadedPolicy struct {
@@ -198,9 +200,13 @@ func (d *Daemon) gpus(ctx context.Context) ([]api.GPU, error) {
 func (d *Daemon) nodeInfo() api.NodeInfo {
 	host, _ := os.Hostname()
 	gpus, _ := d.inv.GPUs(context.Background())
+	name := d.policy().Node.Name
+	if name == "" {
+		name = host
+	}
 	n := api.NodeInfo{
-		Hostname: host, Version: buildinfo.Version, Started: d.started,
-		GPUs: len(gpus), Containers: d.reg.Len(), Policy: d.pol.Load().source,
+		Name: name, Time: time.Now().UTC(), Hostname: host, Version: buildinfo.Version, Started: d.started,
+		GPUCount: len(gpus), Containers: d.reg.Len(), Policy: d.pol.Load().source,
 		MPS: api.MPSInfo{State: "disabled"},
 	}
 	if d.mps != nil {
@@ -215,7 +221,7 @@ func (d *Daemon) nodeInfo() api.NodeInfo {
 // Run serves until ctx is cancelled or SIGTERM/SIGINT arrives; SIGHUP reloads the policy.
 func (d *Daemon) Run(ctx context.Context) error {
 	for _, id := range d.reg.Reconcile() {
-		_ = d.controls.Remove(id)
+		d.forget(id)
 	}
 	for _, c := range d.reg.List() {
 		if err := d.controls.Ensure(c, d.policy()); err != nil {
@@ -307,7 +313,7 @@ loop:
 			notify(sddaemon.SdNotifyWatchdog)
 		case <-reconcile.C:
 			for _, id := range d.reg.Reconcile() {
-				_ = d.controls.Remove(id)
+				d.forget(id)
 			}
 		}
 	}
@@ -319,6 +325,16 @@ loop:
 		_ = msrv.Shutdown(sctx)
 	}
 	return runErr
+}
+
+// forget releases what muxd holds for a container that is gone.
+func (d *Daemon) forget(id string) {
+	if err := d.controls.Remove(id); err != nil {
+		d.log.Error("cannot remove control block", "id", id, "err", err)
+	}
+	if d.prof != nil {
+		d.prof.Forget(id, time.Now())
+	}
 }
 
 func notify(state string) { _, _ = sddaemon.SdNotify(false, state) }

@@ -3,14 +3,17 @@ package daemon
 import (
 	"context"
 	"os"
+	"strconv"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"time"
 
+	"github.com/muxflow/muxflow/matcher/profile"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/evict"
 	"github.com/muxflow/muxflow/muxd/guard"
+	"github.com/muxflow/muxflow/muxd/profiler"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -103,9 +106,10 @@ func (d *Daemon) setupGPUs() error {
 		}
 		d.metrics.evictions.WithLabelValues(gpu, result).Inc()
 	}
+	d.prof = profiler.New()
 	g := &guard.Guard{
 		Monitor: mon, Containers: d.reg, Blocks: d.controls, Evictor: ev,
-		Policy: d.policy, Log: d.log.With("part", "guard"), Owner: guard.ProcOwner,
+		Policy: d.policy, Log: d.log.With("part", "guard"), Owner: guard.ProcOwner, Profiler: d.prof,
 	}
 	if d.mps != nil {
 		g.MPS = d.mps
@@ -164,4 +168,70 @@ func (d *Daemon) setComputeMode() {
 			d.log.Warn("cannot set exclusive-process compute mode; MPS still works but non-MPS contexts can share the GPU", "gpu", i, "err", nvml.ErrorString(ret))
 		}
 	}
+}
+
+// nodeReport builds GET /v1/node: every GPU with its health, memory, online workload and
+// offline pairing (with their profiles), and the co-location records.
+func (d *Daemon) nodeReport() api.NodeReport {
+	r := api.NodeReport{Node: d.nodeInfo(), GPUs: []profile.GPUReport{}}
+	if d.mon == nil {
+		return r
+	}
+	containers := d.reg.List()
+	for _, s := range d.mon.Snapshot() {
+		g := profile.GPUReport{UUID: s.UUID, Index: s.Index, Type: guard.GPUType(s.Name), Health: matcherHealth(s.State)}
+		if smp := s.Sample; smp != nil && smp.MemoryTotalBytes != nil {
+			g.MemoryTotalMiB = float64(*smp.MemoryTotalBytes) / (1 << 20)
+			g.MemoryFreeMiB = g.MemoryTotalMiB
+			if smp.MemoryUsedBytes != nil {
+				g.MemoryFreeMiB -= float64(*smp.MemoryUsedBytes) / (1 << 20)
+			}
+		}
+		for _, c := range containers {
+			if c.State != api.StateRunning || !usesGPU(c.GPUs, s) {
+				continue
+			}
+			pr, _, ok := d.prof.Profile(c.ID)
+			if !ok {
+				continue
+			}
+			w := profile.Workload{ID: workloadID(c), Profile: pr}
+			if c.Class == api.Online && g.Online == nil {
+				g.Online = &w
+			} else if c.Class == api.Offline {
+				g.Offline = append(g.Offline, w)
+			}
+		}
+		r.GPUs = append(r.GPUs, g)
+	}
+	r.Colocations = d.prof.Records()
+	return r
+}
+
+// matcherHealth maps SysMonitor's states onto the matcher's three.
+func matcherHealth(s monitor.State) profile.Health {
+	switch s {
+	case monitor.Healthy:
+		return profile.Healthy
+	case monitor.Throttled, monitor.Recovering:
+		return profile.Warning
+	}
+	return profile.Unhealthy
+}
+
+func usesGPU(list []string, s monitor.GPUStatus) bool {
+	for _, g := range list {
+		if g == "all" || g == s.UUID || g == strconv.Itoa(s.Index) {
+			return true
+		}
+	}
+	return false
+}
+
+// workloadID names a workload cluster-wide: its pod when Kubernetes runs it.
+func workloadID(c api.Container) string {
+	if c.Pod != "" {
+		return c.Pod
+	}
+	return c.ID
 }

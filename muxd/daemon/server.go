@@ -33,7 +33,7 @@ func (d *Daemon) routes() http.Handler {
 		})
 	}
 	p := api.Prefix
-	handle("GET "+p+"/node", func(r *http.Request) (int, any, error) { return 200, d.nodeInfo(), nil })
+	handle("GET "+p+"/node", func(r *http.Request) (int, any, error) { return 200, d.nodeReport(), nil })
 	handle("GET "+p+"/gpus", func(r *http.Request) (int, any, error) {
 		gpus, err := d.gpus(r.Context())
 		if err != nil {
@@ -128,9 +128,7 @@ func (d *Daemon) unregister(r *http.Request) (int, any, error) {
 	if err := d.reg.Remove(id); err != nil {
 		return statusOf(err, 204), nil, err
 	}
-	if err := d.controls.Remove(id); err != nil {
-		d.log.Error("cannot remove control directory", "id", id, "err", err)
-	}
+	d.forget(id)
 	d.log.Info("container unregistered", "id", id)
 	return 204, nil, nil
 }

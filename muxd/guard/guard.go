@@ -14,6 +14,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/evict"
+	"github.com/muxflow/muxflow/muxd/profiler"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -58,6 +60,8 @@ type Guard struct {
 	// Owner maps a GPU process to the registered container it belongs to; the real one
 	// follows /proc parent links to the container's init pid.
 	Owner func(pid int, inits map[int]string) (string, bool)
+	// Profiler, when set, receives each period's per-container measurements.
+	Profiler *profiler.Profiler
 
 	mu        sync.Mutex
 	allocs    map[string]*alloc.GPU
@@ -205,6 +209,56 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 	for id, s := range shares {
 		g.apply(id, s, paused[id])
 	}
+	if g.Profiler != nil {
+		obs := make([]profiler.GPUObservation, 0, len(views))
+		for _, v := range views {
+			obs = append(obs, g.observe(v, rates))
+		}
+		g.Profiler.Observe(now, obs)
+	}
+}
+
+// observe sums each container's processes' NVML figures on one GPU.
+func (g *Guard) observe(v gpuView, rates map[string]float64) profiler.GPUObservation {
+	o := profiler.GPUObservation{UUID: v.status.UUID, Type: GPUType(v.status.Name)}
+	all := append(append([]api.Container(nil), v.online...), v.offline...)
+	inits := map[int]string{}
+	byID := map[string]*profiler.Observation{}
+	for _, c := range all {
+		inits[c.PID] = c.ID
+		o.Containers = append(o.Containers, profiler.Observation{ID: c.ID, Online: c.Class == api.Online, Speed: rates[c.ID]})
+	}
+	for i := range o.Containers {
+		byID[o.Containers[i].ID] = &o.Containers[i]
+	}
+	if s := v.status.Sample; s != nil {
+		for _, ps := range s.Processes {
+			id, ok := g.Owner(int(ps.PID), inits)
+			if !ok {
+				continue
+			}
+			c := byID[id]
+			if ps.SMUtilPercent != nil {
+				c.GPUUtil += float64(*ps.SMUtilPercent)
+			}
+			if ps.MemUtilPercent != nil {
+				c.MemBWUtil += float64(*ps.MemUtilPercent)
+			}
+			if ps.UsedMemoryBytes != nil {
+				c.MemoryBytes += *ps.UsedMemoryBytes
+			}
+		}
+	}
+	return o
+}
+
+// GPUType names a GPU model the way clusters label it: "NVIDIA H100 80GB HBM3" -> "H100".
+func GPUType(name string) string {
+	f := strings.Fields(strings.TrimPrefix(name, "NVIDIA "))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
 }
 
 // onTransition runs the actions a new health state calls for.

@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/muxflow/muxflow/gpusim/simclient"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/matcher/profile"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
 	"github.com/muxflow/muxflow/tests/testenv"
@@ -338,4 +340,40 @@ func TestMuxdKill9LimitsStayEnforced(t *testing.T) {
 	if !tr.running() {
 		t.Errorf("train died: %s", tr.out.String())
 	}
+}
+
+// TestNodeReportForTheMatcher: muxd's GET /v1/node is what muxmatch reads — GPU reports
+// with the online workload's profile and its offline pairing, and a co-location record
+// with both solo profiles and the measured normalised throughputs.
+func TestNodeReportForTheMatcher(t *testing.T) {
+	n := startNode(t, "")
+	ctx := context.Background()
+	tr := n.train("job", 7)
+	time.Sleep(3500 * time.Millisecond) // train alone: its solo baseline
+	n.infer("svc", 12)
+	n.waitFor("pairing reported", 5*time.Second, func() bool {
+		r, err := n.client.NodeReport(ctx)
+		return err == nil && len(r.GPUs) == 1 && r.GPUs[0].Online != nil && len(r.GPUs[0].Offline) == 1
+	})
+	<-tr.done
+	n.client.Unregister(ctx, "job") // what the poststop hook does
+	// infer alone for a while: its solo baseline, after which the record is made.
+	n.waitFor("co-location record", 10*time.Second, func() bool {
+		r, err := n.client.NodeReport(ctx)
+		return err == nil && len(r.Colocations) == 1
+	})
+	r, _ := n.client.NodeReport(ctx)
+	var mr profile.NodeReport
+	data, _ := json.Marshal(r)
+	if err := json.Unmarshal(data, &mr); err != nil {
+		t.Fatal(err)
+	}
+	if err := mr.Validate(); err != nil {
+		t.Errorf("the matcher rejects muxd's report: %v\n%s", err, data)
+	}
+	c := mr.Colocations[0]
+	if c.A.Name != "svc" || c.B.Name != "job" || c.GPUType != "H100" || c.BNormTput <= 0 || c.BNormTput > 1.2 || c.ANormTput <= 0 {
+		t.Errorf("record: %+v", c)
+	}
+	t.Logf("co-location: online %.2f, offline %.2f of solo speed; offline solo util %.0f%%", c.ANormTput, c.BNormTput, c.B.GPUUtil)
 }
