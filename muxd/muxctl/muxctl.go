@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/muxflow/muxflow/hook/runtimeconfig"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/buildinfo"
@@ -28,6 +29,9 @@ const usage = `muxctl — operate a muxflow node.
 Usage:
   muxctl status [-o table|json]            node, GPUs and containers
   muxctl events [-o table|json]            GPU health transitions and faults, and why
+  muxctl runtime configure --runtime=containerd|docker [--config PATH] [--dry-run] [--remove]
+                                           add (or remove) the muxflow runtime in containerd's
+                                           or Docker's configuration; prints the restart it needs
   muxctl policy check FILE                 validate a policy file (exit 1 if invalid)
   muxctl policy show                       the policy muxd runs with
   muxctl policy reload                     make muxd re-read its policy file
@@ -64,6 +68,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return policyCmd(ctx, cl, rest[1:], stdout)
 	case "events":
 		return events(ctx, cl(), rest[1:], stdout, stderr)
+	case "runtime":
+		if len(rest) < 2 || rest[1] != "configure" {
+			return fmt.Errorf("%w: runtime needs the configure command", ErrUsage)
+		}
+		return runtimeconfig.Configure(rest[2:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

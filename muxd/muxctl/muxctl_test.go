@@ -91,3 +91,21 @@ func TestStatusAgainstRealMuxd(t *testing.T) {
 		t.Errorf("muxd down: %v", err)
 	}
 }
+
+func TestRuntimeConfigureDryRun(t *testing.T) {
+	bin := testenv.Artifact(t, "bin/muxctl")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "daemon.json")
+	os.WriteFile(cfg, []byte(`{"log-level": "warn"}`), 0o644)
+	out, err := exec.Command(bin, "runtime", "configure", "--runtime=docker", "--config", cfg, "--dry-run").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"muxflow"`) || !strings.Contains(string(out), `"log-level"`) {
+		t.Errorf("dry run: %v\n%s", err, out)
+	}
+	if data, _ := os.ReadFile(cfg); string(data) != `{"log-level": "warn"}` {
+		t.Errorf("--dry-run wrote the file: %s", data)
+	}
+	out, err = exec.Command(bin, "runtime", "frob").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("bad runtime subcommand: %v %s", err, out)
+	}
+}
