@@ -222,13 +222,35 @@ static void export_mps_env(void)
         setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", buf, 1);
 }
 
+/* Slots are claimed on first CUDA use, not at load: every process of the
+ * container loads libxcuda (shells, data-loader workers), and only those
+ * that touch the GPU should take one of the XCUDA_MAX_PROCS slots. */
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static int slot_tried;
+
+void xc_ensure_slot(void)
+{
+    if (xc.use == NULL || __atomic_load_n(&slot_tried, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&slot_mu);
+    if (!slot_tried) {
+        xc_claim_slot();
+        __atomic_store_n(&slot_tried, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&slot_mu);
+}
+
 static void atfork_child(void)
 {
+    /* The parent's slot stays the parent's; the child claims its own if
+     * it uses CUDA itself. */
     xc.pid = (int)getpid();
+    xc.me = NULL;
+    slot_tried = 0;
+    pthread_mutex_init(&slot_mu, NULL);
     atomic_store(&xc_stopping, 0);
     xc_mem_atfork_child();
     xc_gate_atfork_child();
-    xc_claim_slot();
 }
 
 __attribute__((constructor)) static void xc_init(void)
@@ -261,7 +283,6 @@ __attribute__((constructor)) static void xc_init(void)
     /* Constructors run before any thread of the program exists. */
     xc.use = use;
     xc.lim = lim;
-    xc_claim_slot();
     export_mps_env();
     pthread_atfork(NULL, NULL, atfork_child);
     xc_log("control block %s: share %u bp, paused %u, mem[0] %llu", dir,

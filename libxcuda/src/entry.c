@@ -212,6 +212,7 @@ __asm__(".symver xc_dlsym_2_34, dlsym@@GLIBC_2.34");
 
 XC_EXPORT CUresult cuInit(unsigned int flags)
 {
+    xc_ensure_slot();
     if (xc.fail_closed) {
         xc_log("refusing cuInit: no usable control block and the policy fails closed");
         return CUDA_ERROR_NOT_PERMITTED;

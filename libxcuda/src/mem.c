@@ -113,6 +113,7 @@ static int reserve(int dev, uint64_t bytes)
 {
     if (!accounting(dev))
         return 0;
+    xc_ensure_slot();
     uint64_t *ctr = &xc.use->reserved_bytes[dev];
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t limit = XC_LOAD(&xc.lim->mem_limit[dev]);

@@ -87,7 +87,8 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 
 static void sync_context(CUcontext ctx)
 {
-    if (xc_real.cuCtxPushCurrent(ctx) != CUDA_SUCCESS)
+    if (xc_real.cuCtxPushCurrent == NULL || xc_real.cuCtxPopCurrent == NULL ||
+        xc_real.cuCtxSynchronize == NULL || xc_real.cuCtxPushCurrent(ctx) != CUDA_SUCCESS)
         return;
     xc_real.cuCtxSynchronize();
     CUcontext dummy;
@@ -107,14 +108,17 @@ static void drain(int release)
         if (ctxs[i] == NULL)
             continue;
         sync_context(ctxs[i]);
-        if (release) {
+        if (release && xc_real.cuCtxDestroy != NULL) {
             xc_real.cuCtxDestroy(ctxs[i]);
             ctxs[i] = NULL;
         }
     }
     pthread_mutex_unlock(&ctx_mu);
     int n = 0;
-    if (xc_real.cuDeviceGetCount == NULL || xc_real.cuDeviceGetCount(&n) != CUDA_SUCCESS)
+    if (xc_real.cuDeviceGetCount == NULL || xc_real.cuDeviceGet == NULL ||
+        xc_real.cuDevicePrimaryCtxGetState == NULL || xc_real.cuDevicePrimaryCtxRetain == NULL ||
+        xc_real.cuDevicePrimaryCtxRelease == NULL || xc_real.cuDevicePrimaryCtxReset == NULL ||
+        xc_real.cuDeviceGetCount(&n) != CUDA_SUCCESS)
         n = 0;
     for (int d = 0; d < n; d++) {
         CUdevice dev;
@@ -179,6 +183,8 @@ static void atfork_child(void)
 {
     /* The drain thread does not exist in the child (nor does its CUDA
      * state): give the signals back to the application. */
+    pthread_mutex_init(&ctx_mu, NULL);
+    memset(ctxs, 0, sizeof ctxs);
     if (!atomic_load(&installed))
         return;
     atomic_store(&installed, 0);

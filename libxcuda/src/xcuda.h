@@ -159,8 +159,10 @@ extern _Atomic int xc_stopping;
 uint64_t xc_now_mono_ns(void);
 uint64_t xc_now_real_ns(void);
 void xc_sleep_ns(uint64_t ns);
-/* Claims a process slot (after start-up and in a forked child). */
+/* Claims a process slot. */
 void xc_claim_slot(void);
+/* Claims this process's slot once, on first CUDA use. */
+void xc_ensure_slot(void);
 /* Returns reservations of slots whose process is gone; returns bytes freed. */
 uint64_t xc_reap_dead_slots(void);
 /* Log to stderr when XCUDA_DEBUG was set at load. */

@@ -300,6 +300,12 @@ int main(int argc, char **argv)
         return cmd_entry(strtoull(argv[3], NULL, 0));
     if (strcmp(argv[1], "hold") == 0 && argc >= 4)
         return cmd_hold(strtoull(argv[3], NULL, 0), argc > 4 ? atol(argv[4]) : 0);
+    if (strcmp(argv[1], "env") == 0) {
+        const char *a = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+        const char *p = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+        printf("atp=%s\npinned=%s\n", a ? a : "", p ? p : "");
+        return 0;
+    }
     if (strcmp(argv[1], "fork") == 0)
         return cmd_fork();
     if (strcmp(argv[1], "sigapp") == 0)

@@ -101,12 +101,17 @@ func TestThrottleShare(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s-%dus-%dbp", tt.kind, tt.kernelUS, tt.share), func(t *testing.T) {
 			h := newHarness(t, ctlblock.Limits{ShareBP: tt.share})
-			ch, wait := runLoop(t, h, tt.kernelUS, 3.3, tt.kind)
+			ch, wait := runLoop(t, h, tt.kernelUS, 3.5, tt.kind)
 			var ps []progress
 			for p := range ch {
 				ps = append(ps, p)
 			}
 			wait()
+			// Windows start after a 0.3 s warm-up (process start, first
+			// refill), as the gpusim test does.
+			for len(ps) > 0 && ps[0].at < 0.3 {
+				ps = ps[1:]
+			}
 			ws := shareWindows(ps)
 			if len(ws) < 3 {
 				t.Fatalf("only %d windows measured from %d progress lines", len(ws), len(ps))
