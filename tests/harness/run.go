@@ -151,6 +151,8 @@ type Runner struct {
 	Log *slog.Logger
 	// Progress, if set, is told when each run starts.
 	Progress func(what string)
+	// NoOfflineBaseline skips running the offline jobs alone (offline norm. shows "-").
+	NoOfflineBaseline bool
 }
 
 // Run measures the offline baselines (when a shared strategy is asked for) and each
@@ -168,7 +170,7 @@ func (r *Runner) Run(ctx context.Context, strategies []Strategy) (*Report, error
 	}
 	rep := &Report{Scenario: r.Scenario, Started: time.Now()}
 	shared := slices.ContainsFunc(strategies, func(s Strategy) bool { return s != OnlineAlone && s != PriorityTimeSharing })
-	if shared {
+	if shared && !r.NoOfflineBaseline {
 		for i, j := range r.Scenario.Offline {
 			r.progress(fmt.Sprintf("offline %s alone (baseline)", j.Name))
 			v, err := r.offlineAlone(ctx, i)
