@@ -80,8 +80,9 @@ func TestDevicesAndSamples(t *testing.T) {
 	}
 
 	a := d.Artifacts
-	cmd := exec.Command(a.Train, "--duration", "3", "--kernels", "4", "--big-share", "0", "--small-grid", "264",
-		"--kernel-us", "2000", "--mem", "3G")
+	// long kernels keep the GPU busy even when the host thread is delayed
+	cmd := exec.Command(a.Train, "--duration", "3", "--kernels", "2", "--big-share", "0", "--small-grid", "264",
+		"--kernel-us", "100000", "--mem", "3G")
 	cmd.Env = append(os.Environ(), d.Env()...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -150,7 +151,15 @@ func TestDevicesAndSamples(t *testing.T) {
 	if err := d.SetPowerLimit(ctx, 0, 200); err != nil {
 		t.Fatal(err)
 	}
+	// past the adapter's 5ms reading cache, read while a kernel runs (the
+	// workload syncs between steps)
 	time.Sleep(10 * time.Millisecond)
+	for i := 0; i < 100; i++ {
+		if re, _ := h.GetCurrentClocksEventReasons(); re != nvml.ClocksEventReasonGpuIdle {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	lim, _ := h.GetEnforcedPowerLimit()
 	def, _ := h.GetPowerManagementDefaultLimit()
 	if lim != 200000 || def != 700000 {

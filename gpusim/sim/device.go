@@ -1,9 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"time"
 )
 
@@ -39,6 +40,11 @@ type Device struct {
 	powerLimit float64
 	smAct      float64 // SMs held / SMs
 	running    []*op
+	spare      []*op // scratch buffers reused by schedule
+	kern       []*op
+	h2d, d2h   []*op
+	d2d        []*op
+	touched    []*Client // scratch for progress
 
 	hung bool
 	lost bool
@@ -133,7 +139,7 @@ func (g *group) hasKernelWork() bool {
 		if x.err != Success {
 			continue
 		}
-		for _, st := range x.streams {
+		for _, st := range x.slist {
 			if len(st.q) > 0 && st.q[0].kind == opKernel {
 				return true
 			}
@@ -169,7 +175,7 @@ func (d *Device) settle() {
 		changed = false
 		for _, g := range d.groups {
 			for _, x := range g.ctxs {
-				for _, st := range x.streams {
+				for _, st := range x.slist {
 					for len(st.q) > 0 {
 						o := st.q[0]
 						if o.kind == opMarker {
@@ -259,16 +265,18 @@ func (d *Device) schedule() {
 	} else {
 		d.sliceSet = false
 	}
+	// the previous running set keeps its allocations until admit has read
+	// them; two buffers alternate to avoid allocating
 	prev := d.running
-	d.running = d.running[:0:0]
-	var kern []*op
-	var h2d, d2h, d2d []*op
+	d.running, d.spare = d.spare[:0], prev
+	kern, h2d, d2h, d2d := d.kern[:0], d.h2d[:0], d.d2h[:0], d.d2d[:0]
+	defer func() { d.kern, d.h2d, d.d2h, d.d2d = kern, h2d, d2h, d2d }()
 	for _, g := range d.groups {
 		for _, x := range g.ctxs {
 			if x.err != Success {
 				continue
 			}
-			for _, st := range x.streams {
+			for _, st := range x.slist {
 				if len(st.q) == 0 {
 					continue
 				}
@@ -294,7 +302,7 @@ func (d *Device) schedule() {
 	}
 	// max-min fair share of SMs, each kernel capped by its need and its
 	// context's active-thread limit
-	sort.Slice(kern, func(i, j int) bool { return d.demand(kern[i]) < d.demand(kern[j]) })
+	slices.SortFunc(kern, func(a, b *op) int { return cmp.Compare(d.demand(a), d.demand(b)) })
 	left := float64(d.p.SMs)
 	for i, o := range kern {
 		share := left / float64(len(kern)-i)
@@ -302,14 +310,15 @@ func (d *Device) schedule() {
 		left -= o.alloc
 	}
 	// a context with several streams may not exceed its cap in total
-	held := map[*Context]float64{}
 	for _, o := range kern {
-		held[d.ctxOf(o)] += o.alloc
+		o.ctx.held = 0
 	}
 	for _, o := range kern {
-		x := d.ctxOf(o)
-		if h := held[x]; h > x.smCap {
-			o.alloc *= x.smCap / h
+		o.ctx.held += o.alloc
+	}
+	for _, o := range kern {
+		if x := o.ctx; x.held > x.smCap {
+			o.alloc *= x.smCap / x.held
 		}
 	}
 	total := 0.0
@@ -458,28 +467,30 @@ func (d *Device) progress(dt float64) {
 		return
 	}
 	busy := false
-	var perClient map[*Client][2]float64
+	s := d.s
+	s.markGen++
+	touched := d.touched[:0]
 	for _, o := range d.running {
 		o.rem -= o.rate * dt
 		if o.kind == opKernel && o.alloc > 0 {
 			busy = true
-			if perClient == nil {
-				perClient = map[*Client][2]float64{}
+			c := o.client
+			if c.mark != s.markGen {
+				c.mark, c.accSM = s.markGen, 0
+				touched = append(touched, c)
 			}
-			v := perClient[o.client]
-			v[0] = 1
-			v[1] += o.alloc
-			perClient[o.client] = v
+			c.accSM += o.alloc
 		}
 	}
 	if busy {
 		d.busyNs += dt
 		d.smNs += d.smAct * float64(d.p.SMs) * dt
 	}
-	for c, v := range perClient {
+	for _, c := range touched {
 		c.stats[d.index].BusyNs += dt
-		c.stats[d.index].SMNs += v[1] * dt
+		c.stats[d.index].SMNs += c.accSM * dt
 	}
+	d.touched = touched
 	d.energyJ += d.power * dt / 1e9
 }
 
@@ -494,7 +505,7 @@ func (d *Device) completeDue() {
 	}
 	for _, g := range d.groups {
 		for _, x := range g.ctxs {
-			for _, st := range x.streams {
+			for _, st := range x.slist {
 				if len(st.q) > 0 {
 					o := st.q[0]
 					if o.kind != opMarker && o.kind != opWait && o.rate > 0 && o.rem <= 1e-3 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -35,6 +36,7 @@ type Sim struct {
 	notes     []note
 	notifying bool
 	xidSeq    uint64
+	markGen   uint64
 }
 
 // New starts a simulator; Close stops its device goroutines.
@@ -130,6 +132,8 @@ type Client struct {
 	stats   []procStats // per device, cumulative; survives context teardown
 	nextPtr uint64
 	start   float64
+	mark    uint64  // scratch for Device.progress: generation seen
+	accSM   float64 // scratch: SMs held in this progress step
 }
 
 // procStats are a process's cumulative counters on one device.
@@ -168,7 +172,9 @@ type Context struct {
 	memUsed  uint64
 	allocs   map[uint64]uint64
 	streams  map[uint32]*Stream
-	err      Result // sticky error
+	slist    []*Stream // the same streams, for the scheduler's loops
+	held     float64   // scratch: SMs its kernels hold (schedule)
+	err      Result    // sticky error
 	grp      *group
 	syncs    []*ctxSync
 }
@@ -295,6 +301,7 @@ func (c *Client) CreateContext(id uint32, dev int, defaultStream uint32, mpsPID 
 	c.ctxs[id] = x
 	st := &Stream{ID: defaultStream, ctx: x}
 	x.streams[defaultStream] = st
+	x.slist = append(x.slist, st)
 	c.streams[defaultStream] = st
 	return Success
 }
@@ -395,6 +402,7 @@ func (c *Client) CreateStream(ctx, id uint32) Result {
 	}
 	st := &Stream{ID: id, ctx: x}
 	x.streams[id] = st
+	x.slist = append(x.slist, st)
 	c.streams[id] = st
 	return Success
 }
@@ -413,6 +421,7 @@ func (c *Client) DestroyStream(id uint32) Result {
 	c.syncStream(st, func(Result) {
 		c.s.mu.Lock()
 		delete(st.ctx.streams, st.ID)
+		st.ctx.slist = slices.DeleteFunc(st.ctx.slist, func(y *Stream) bool { return y == st })
 		c.s.mu.Unlock()
 	})
 	return Success
