@@ -95,46 +95,71 @@ static void sync_context(CUcontext ctx)
     xc_real.cuCtxPopCurrent(&dummy);
 }
 
-/* Waits for all GPU work of this process; with release, also frees its
- * contexts so the MPS server sees a clean exit. */
-static void drain(int release)
+static int primary_ok(void)
+{
+    return xc_real.cuDeviceGetCount && xc_real.cuDeviceGet && xc_real.cuDevicePrimaryCtxGetState &&
+           xc_real.cuDevicePrimaryCtxRetain && xc_real.cuDevicePrimaryCtxRelease &&
+           xc_real.cuDevicePrimaryCtxReset;
+}
+
+/* Calls fn for each device whose primary context is active. */
+static void each_active_device(void (*fn)(CUdevice))
+{
+    int n = 0;
+    if (!primary_ok() || xc_real.cuDeviceGetCount(&n) != CUDA_SUCCESS)
+        return;
+    for (int d = 0; d < n; d++) {
+        CUdevice dev;
+        unsigned flags = 0;
+        int active = 0;
+        if (xc_real.cuDeviceGet(&dev, d) == CUDA_SUCCESS &&
+            xc_real.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active)
+            fn(dev);
+    }
+}
+
+static void sync_primary(CUdevice dev)
+{
+    CUcontext pctx;
+    if (xc_real.cuDevicePrimaryCtxRetain(&pctx, dev) != CUDA_SUCCESS)
+        return;
+    sync_context(pctx);
+    xc_real.cuDevicePrimaryCtxRelease(dev);
+}
+
+static void reset_primary(CUdevice dev)
+{
+    xc_real.cuDevicePrimaryCtxReset(dev);
+}
+
+/* Waits for all GPU work of this process. */
+static void drain(void)
 {
     /* A launch that passed the gate just before the signal is still inside
      * the driver; give it time to be queued so the sync below covers it. */
     xc_sleep_ns(2000000);
     xc_gate_drain();
     pthread_mutex_lock(&ctx_mu);
+    for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++)
+        if (ctxs[i] != NULL)
+            sync_context(ctxs[i]);
+    pthread_mutex_unlock(&ctx_mu);
+    each_active_device(sync_primary);
+}
+
+/* Frees the (now idle) contexts so the MPS server sees a clean exit. Done
+ * right before the signal is re-raised: the application's other threads may
+ * see errors from here on, and the signal must reach them first. */
+static void release_contexts(void)
+{
+    pthread_mutex_lock(&ctx_mu);
     for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) {
-        if (ctxs[i] == NULL)
-            continue;
-        sync_context(ctxs[i]);
-        if (release && xc_real.cuCtxDestroy != NULL) {
+        if (ctxs[i] != NULL && xc_real.cuCtxDestroy != NULL)
             xc_real.cuCtxDestroy(ctxs[i]);
-            ctxs[i] = NULL;
-        }
+        ctxs[i] = NULL;
     }
     pthread_mutex_unlock(&ctx_mu);
-    int n = 0;
-    if (xc_real.cuDeviceGetCount == NULL || xc_real.cuDeviceGet == NULL ||
-        xc_real.cuDevicePrimaryCtxGetState == NULL || xc_real.cuDevicePrimaryCtxRetain == NULL ||
-        xc_real.cuDevicePrimaryCtxRelease == NULL || xc_real.cuDevicePrimaryCtxReset == NULL ||
-        xc_real.cuDeviceGetCount(&n) != CUDA_SUCCESS)
-        n = 0;
-    for (int d = 0; d < n; d++) {
-        CUdevice dev;
-        unsigned flags = 0;
-        int active = 0;
-        if (xc_real.cuDeviceGet(&dev, d) != CUDA_SUCCESS ||
-            xc_real.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active)
-            continue;
-        CUcontext pctx;
-        if (xc_real.cuDevicePrimaryCtxRetain(&pctx, dev) != CUDA_SUCCESS)
-            continue;
-        sync_context(pctx);
-        xc_real.cuDevicePrimaryCtxRelease(dev);
-        if (release)
-            xc_real.cuDevicePrimaryCtxReset(dev);
-    }
+    each_active_device(reset_primary);
 }
 
 void xc_release_slot(void);
@@ -153,7 +178,7 @@ static void *drain_main(void *arg)
         int dfl = !(act.sa_flags & SA_SIGINFO) && act.sa_handler == SIG_DFL;
         xc_log("signal %d: draining GPU work before %s", sig,
                dfl ? "the default action" : "the application's handler");
-        drain(dfl);
+        drain();
         if (dfl) {
             xc_release_slot();
             struct sigaction d;
@@ -161,6 +186,7 @@ static void *drain_main(void *arg)
             d.sa_handler = SIG_DFL;
             sigemptyset(&d.sa_mask);
             real_sigaction()(sig, &d, NULL);
+            release_contexts();
             kill(getpid(), sig);
             /* Delivered to a thread that does not block it; wait for it. */
             for (;;)
