@@ -220,6 +220,24 @@ func TestXidEventsAndLostGPU(t *testing.T) {
 	if _, r := h.GetUtilizationRates(); r != nvml.ERROR_GPU_IS_LOST {
 		t.Errorf("after Xid 79 utilisation returned %v, want ERROR_GPU_IS_LOST", r)
 	}
+	// a new process cannot use a lost GPU; after a reset it can
+	cmd := exec.Command(d.Artifacts.Train, "--iters", "1", "--mem", "0")
+	cmd.Env = append(os.Environ(), d.Env()...)
+	if out, err := cmd.Output(); err == nil || !strings.Contains(string(out), "CUDA_ERROR_DEVICE_UNAVAILABLE") {
+		t.Errorf("train on a lost GPU: %v, %s", err, out)
+	}
+	if err := d.ResetDevice(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // past the adapter's reading cache
+	if _, r := h.GetUtilizationRates(); r != nvml.SUCCESS {
+		t.Errorf("after a reset utilisation returned %v", r)
+	}
+	cmd = exec.Command(d.Artifacts.Train, "--iters", "1", "--mem", "0")
+	cmd.Env = append(os.Environ(), d.Env()...)
+	if out, err := cmd.Output(); err != nil {
+		t.Errorf("train after a reset: %v, %s", err, out)
+	}
 	set.Free()
 }
 

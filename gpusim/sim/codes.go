@@ -9,6 +9,7 @@ const (
 	Success                Result = 0
 	ErrInvalidValue        Result = 1
 	ErrOutOfMemory         Result = 2
+	ErrDeviceUnavailable   Result = 46
 	ErrInvalidDevice       Result = 101
 	ErrInvalidImage        Result = 200
 	ErrInvalidContext      Result = 201
@@ -35,6 +36,8 @@ func (r Result) Error() string {
 		return "CUDA_ERROR_INVALID_VALUE"
 	case ErrOutOfMemory:
 		return "CUDA_ERROR_OUT_OF_MEMORY"
+	case ErrDeviceUnavailable:
+		return "CUDA_ERROR_DEVICE_UNAVAILABLE"
 	case ErrInvalidDevice:
 		return "CUDA_ERROR_INVALID_DEVICE"
 	case ErrInvalidImage:

@@ -135,3 +135,27 @@ func (s *Sim) Xids(dev int, after uint64) ([]XidEvent, error) {
 	}
 	return out, nil
 }
+
+// ResetDevice is a GPU reset (nvidia-smi -r): every context still on the
+// device fails with CUDA_ERROR_DEVICE_UNAVAILABLE, and the device comes back
+// thawed, not lost, at its default power limit.
+func (s *Sim) ResetDevice(dev int) error {
+	d := s.Device(dev)
+	if d == nil {
+		return fmt.Errorf("device %d does not exist", dev)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d.advance(s.nowNs())
+	for _, g := range d.groups {
+		for _, x := range g.ctxs {
+			s.faultContext(x, ErrDeviceUnavailable)
+		}
+	}
+	d.hung, d.lost = false, false
+	d.powerLimit = d.p.PowerLimitW
+	d.dirty = true
+	d.kick()
+	s.log.Info("device reset", "device", dev)
+	return nil
+}

@@ -263,6 +263,9 @@ func (c *Client) CreateContext(id uint32, dev int, defaultStream uint32, mpsPID 
 	if c.closed {
 		return ErrInvalidContext
 	}
+	if d.lost {
+		return ErrDeviceUnavailable
+	}
 	if _, dup := c.ctxs[id]; dup {
 		return ErrInvalidValue
 	}
@@ -791,7 +794,10 @@ func (c *Client) MemAlloc(ctx uint32, n uint64) (uint64, Result) {
 		return 0, ErrInvalidValue
 	}
 	d := x.dev
-	if d.memUsed+n > d.p.MemoryBytes || d.lost {
+	if d.lost {
+		return 0, ErrDeviceUnavailable
+	}
+	if d.memUsed+n > d.p.MemoryBytes {
 		return 0, ErrOutOfMemory
 	}
 	if x.memLimit > 0 && x.memUsed+n > x.memLimit {

@@ -121,6 +121,13 @@ func (c *Client) SetHung(ctx context.Context, dev int, hung bool) error {
 	return err
 }
 
+// ResetDevice resets a device (nvidia-smi -r): contexts still on it fail,
+// and it comes back thawed and not lost.
+func (c *Client) ResetDevice(ctx context.Context, dev int) error {
+	_, err := c.do(ctx, simd.Request{Op: "reset", Device: dev})
+	return err
+}
+
 // SetPowerLimit sets a device's power limit in watts (0: default).
 func (c *Client) SetPowerLimit(ctx context.Context, dev int, watts float64) error {
 	_, err := c.do(ctx, simd.Request{Op: "power_limit", Device: dev, Watts: watts})

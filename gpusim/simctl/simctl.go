@@ -25,6 +25,7 @@ commands:
   counters DEV              cumulative "busy_ns sm_ns sms" of device DEV (for scripts)
   fault DEV XID [PID]       inject an Xid (fails PID's contexts; 48 and 79 fail all)
   hang DEV on|off           freeze or thaw a device
+  reset DEV                 reset a device (contexts on it fail; thawed, not lost)
   power-limit DEV WATTS     set the power limit (0 restores the default)
   xids DEV                  list the device's Xid events`
 
@@ -122,6 +123,12 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("hang needs on or off\n%s", usage)
 		}
 		return c.SetHung(ctx, d, a[2] == "on")
+	case "reset":
+		d, err := dev(1)
+		if err != nil {
+			return err
+		}
+		return c.ResetDevice(ctx, d)
 	case "power-limit":
 		d, err := dev(1)
 		if err != nil {

@@ -418,6 +418,8 @@ func (sv *Server) do(q *Request, resp *Response, serverPID *int) error {
 		return s.InjectFault(*q.Fault)
 	case "hang":
 		return s.SetHung(q.Device, q.Hung)
+	case "reset":
+		return s.ResetDevice(q.Device)
 	case "power_limit":
 		return s.SetPowerLimit(q.Device, q.Watts)
 	case "xids":
