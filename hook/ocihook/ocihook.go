@@ -16,9 +16,9 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/muxflow/muxflow/hook/muxdconn"
 	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
-	"github.com/muxflow/muxflow/muxd/client"
 )
 
 // maxStateSize bounds the state document read from stdin; real ones are under 4 KiB,
@@ -96,7 +96,7 @@ func (o Options) Run(ctx context.Context, cmd string) error {
 		return fmt.Errorf("muxflow-hook %s: %w", cmd, err)
 	}
 	if o.Client == nil {
-		o.Client = client.New(o.Socket, o.Timeout)
+		o.Client = muxdconn.New(o.Socket, o.Timeout)
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -116,7 +116,7 @@ func (o Options) Run(ctx context.Context, cmd string) error {
 		}
 	case wiring.HookStop:
 		err := o.Client.Unregister(ctx, st.ID)
-		if errors.Is(err, client.ErrUnreachable) {
+		if errors.Is(err, muxdconn.ErrUnreachable) {
 			// muxd forgets containers whose processes are gone when it comes back; the
 			// container's stop must not fail because muxd is down.
 			o.Log.Warn("muxflow-hook: muxd is not running; it will drop the container when it restarts", "container", st.ID)

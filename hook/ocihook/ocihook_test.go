@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/muxflow/muxflow/hook/muxdconn"
 	"github.com/muxflow/muxflow/muxd/api"
-	"github.com/muxflow/muxflow/muxd/client"
 )
 
 type fakeMuxd struct {
@@ -29,7 +29,7 @@ func (f *fakeMuxd) Unregister(_ context.Context, id string) error {
 }
 
 func TestRun(t *testing.T) {
-	unreachable := fmt.Errorf("%w: dial", client.ErrUnreachable)
+	unreachable := fmt.Errorf("%w: dial", muxdconn.ErrUnreachable)
 	for _, tc := range []struct {
 		name      string
 		cmd       string
@@ -39,11 +39,11 @@ func TestRun(t *testing.T) {
 		wantErr   string
 	}{
 		{"start", "create-runtime", `{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":4242,"bundle":"/b"}`, fakeMuxd{}, []string{"start c1 4242"}, ""},
-		{"start refused", "create-runtime", `{"id":"c1","pid":4242}`, fakeMuxd{err: &client.StatusError{Code: 404, Message: "not found"}}, []string{"start c1 4242"}, "cannot report container c1"},
+		{"start refused", "create-runtime", `{"id":"c1","pid":4242}`, fakeMuxd{err: &muxdconn.StatusError{Code: 404, Message: "not found"}}, []string{"start c1 4242"}, "cannot report container c1"},
 		{"start without pid", "create-runtime", `{"id":"c1"}`, fakeMuxd{}, nil, "gave no pid"},
 		{"stop", "poststop", `{"id":"c1","status":"stopped"}`, fakeMuxd{}, []string{"unregister c1"}, ""},
 		{"stop, muxd down", "poststop", `{"id":"c1"}`, fakeMuxd{stopErr: unreachable}, []string{"unregister c1"}, ""},
-		{"stop fails", "poststop", `{"id":"c1"}`, fakeMuxd{stopErr: &client.StatusError{Code: 500, Message: "disk"}}, []string{"unregister c1"}, "cannot unregister"},
+		{"stop fails", "poststop", `{"id":"c1"}`, fakeMuxd{stopErr: &muxdconn.StatusError{Code: 500, Message: "disk"}}, []string{"unregister c1"}, "cannot unregister"},
 		{"hostile id", "poststop", `{"id":"../../etc/passwd"}`, fakeMuxd{}, nil, "container id"},
 		{"id with slash", "create-runtime", `{"id":"a/b","pid":1}`, fakeMuxd{}, nil, "container id"},
 		{"negative pid", "create-runtime", `{"id":"c1","pid":-1}`, fakeMuxd{}, nil, "not a process id"},

@@ -25,9 +25,9 @@ import (
 	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/hook/front"
 	"github.com/muxflow/muxflow/hook/gpucontainer"
+	"github.com/muxflow/muxflow/hook/muxdconn"
 	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
-	"github.com/muxflow/muxflow/muxd/client"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -71,7 +71,7 @@ func (w *Wrapper) defaults() {
 		w.Policy = LoadPolicy
 	}
 	if w.Client == nil {
-		w.Client = func(p *policy.Policy) Registrar { return client.New(p.Node.Socket, p.Hook.Timeout.D()) }
+		w.Client = func(p *policy.Policy) Registrar { return muxdconn.New(p.Node.Socket, p.Hook.Timeout.D()) }
 	}
 	if w.Exec == nil {
 		w.Exec = syscall.Exec
@@ -201,7 +201,7 @@ func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []str
 	rctx, cancel := context.WithTimeout(ctx, p.Hook.Timeout.D())
 	c, err := cl.Register(rctx, req)
 	cancel()
-	if errors.Is(err, client.ErrUnreachable) {
+	if errors.Is(err, muxdconn.ErrUnreachable) {
 		mode := p.Hook.OfflineWhenDown
 		if class == api.Online {
 			mode = p.Hook.OnlineWhenDown

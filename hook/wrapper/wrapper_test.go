@@ -15,9 +15,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/muxflow/muxflow/hook/muxdconn"
 	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
-	"github.com/muxflow/muxflow/muxd/client"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -233,7 +233,7 @@ func TestGPUContainerIsWired(t *testing.T) {
 }
 
 func TestGPUContainerRefusals(t *testing.T) {
-	unreachable := fmt.Errorf("%w at /s: dial: no such file", client.ErrUnreachable)
+	unreachable := fmt.Errorf("%w at /s: dial: no such file", muxdconn.ErrUnreachable)
 	for _, tc := range []struct {
 		name    string
 		id      string
@@ -250,7 +250,7 @@ func TestGPUContainerRefusals(t *testing.T) {
 		{"bad gpu", "c1", []string{"NVIDIA_VISIBLE_DEVICES=/dev/sda"}, nil, nil, "bad GPU request"},
 		{"offline, muxd down", "c1", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil, unreachable, "muxd is not running"},
 		{"online, muxd down", "c1", []string{"NVIDIA_VISIBLE_DEVICES=0"}, map[string]string{"muxflow.io/class": "online"}, unreachable, ""},
-		{"muxd refuses", "c1", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil, &client.StatusError{Code: 400, Message: "no"}, "muxd refused"},
+		{"muxd refuses", "c1", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil, &muxdconn.StatusError{Code: 400, Message: "no"}, "muxd refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
