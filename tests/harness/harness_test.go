@@ -290,3 +290,34 @@ func TestRunCommandLine(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTrace(t *testing.T) {
+	reqs, err := ParseTrace(strings.NewReader("start_s,latency_ms,gpu_ms\n0.5,3,1\n1.5,4,2\n# comment\n1.7,9,3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Request{{500 * time.Millisecond, 3, 1}, {1500 * time.Millisecond, 4, 2}, {1700 * time.Millisecond, 9, 3}}
+	if d := cmp.Diff(want, reqs); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if _, err := ParseTrace(strings.NewReader("1,-2,3\n")); err == nil {
+		t.Error("a negative latency was accepted")
+	}
+	p50, p99 := windowPercentiles(reqs, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second})
+	if p50[0] != 1 || p99[0] != 1 || p50[1] != 2 || p99[1] != 3 || !math.IsNaN(p50[2]) {
+		t.Errorf("window percentiles p50 %v p99 %v", p50, p99)
+	}
+	if got := percentile([]float64{5, 1, 4, 2, 3}, 50); got != 3 {
+		t.Errorf("median of 1..5 = %v", got)
+	}
+	// With a trace, the latency panel shows per-period percentiles and the alone p99.
+	r := testReport()
+	r.Results[2].Trace = reqs
+	panels, err := r.TimelinePanels(Muxflow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := panels[2].Series; len(got) != 3 || got[0].Name != "p99" || got[2].V[0] != 2 {
+		t.Errorf("latency panel with a trace: %+v", got)
+	}
+}

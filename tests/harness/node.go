@@ -57,6 +57,18 @@ func FindArtifacts() (Artifacts, error) {
 	return out, nil
 }
 
+// PriorityEnv is the variable that, once gpusim's fake driver reads it at context
+// creation, makes a context's work run first under time-slicing ("high"): the priority
+// time-sharing baseline.
+const PriorityEnv = "GPUSIM_PRIORITY"
+
+// PrioritySupported reports whether the built fake driver knows PriorityEnv (it names
+// every variable it reads), so the priority time-sharing row is measured, not faked.
+func (a Artifacts) PrioritySupported() bool {
+	data, err := os.ReadFile(filepath.Join(a.LibDir, "libcuda.so.1"))
+	return err == nil && bytes.Contains(data, []byte(PriorityEnv))
+}
+
 // node is one simulated GPU node for one run: a private gpusimd, and, depending on the
 // mode, a plain MPS control daemon or a real muxd.
 type node struct {
@@ -221,9 +233,14 @@ func (p *proc) running() bool {
 // started with libxcuda preloaded and its control block, and its pid reported, as the
 // OCI hook does; otherwise it is a plain process on the simulated GPU.
 func (n *node) start(ctx context.Context, name string, class api.Class, prog string, args ...string) (*proc, error) {
+	return n.startEnv(ctx, name, class, nil, prog, args...)
+}
+
+// startEnv is start with extra environment variables.
+func (n *node) startEnv(ctx context.Context, name string, class api.Class, env []string, prog string, args ...string) (*proc, error) {
 	p := &proc{name: name, class: class, done: make(chan struct{})}
 	p.cmd = exec.Command(prog, args...)
-	p.cmd.Env = append(os.Environ(), n.sim.Env()...)
+	p.cmd.Env = append(append(os.Environ(), n.sim.Env()...), env...)
 	var ctl api.ControlPaths
 	if n.mode == modeMuxd {
 		c, err := n.client.Register(ctx, api.RegisterRequest{ID: name, Class: class, GPUs: []string{"0"}})

@@ -84,10 +84,25 @@ func (r *Report) TimelinePanels(st Strategy) ([]Panel, error) {
 			{Name: "GPU util", Color: colUtil, T: ts, V: util},
 		}},
 	}
-	latP := Panel{Title: "online GPU time per request (mean per sample)", YLabel: "ms", Series: []Series{
+	base, haveBase := r.Result(OnlineAlone)
+	haveBase = haveBase && base.Skipped == ""
+	if len(res.Trace) > 0 {
+		p50, p99 := windowPercentiles(res.Trace, ts)
+		latP := Panel{Title: "online latency on the GPU per sample period", YLabel: "ms", Series: []Series{
+			{Name: "p99", Color: colLat, T: ts, V: p99},
+			{Name: "p50", Color: colLoad, T: ts, V: p50},
+		}}
+		if haveBase {
+			latP.Series = append(latP.Series, Series{Name: "alone p99 (run)", Color: colBase, T: []time.Duration{0, ts[n-1]}, V: []float64{base.GPUP99, base.GPUP99}, Dashed: true})
+		}
+		return append(panels, latP), nil
+	}
+	// Without a per-request trace, gpusim's counters still give the online service's
+	// kernel time per request: the slowdown sharing causes, though not the waiting.
+	latP := Panel{Title: "online kernel time per request (mean per sample; infer has no --trace for percentiles)", YLabel: "ms", Series: []Series{
 		{Name: string(st), Color: colLat, T: ts, V: lat},
 	}}
-	if base, ok := r.Result(OnlineAlone); ok && base.Skipped == "" {
+	if haveBase {
 		if m := meanFinite(base.Samples, func(s Sample) float64 { return s.OnlineGPUms }); !math.IsNaN(m) {
 			latP.Series = append(latP.Series, Series{Name: "online alone (mean)", Color: colBase, T: []time.Duration{0, ts[n-1]}, V: []float64{m, m}, Dashed: true})
 		}
@@ -167,7 +182,7 @@ func drawPanel(img *image.RGBA, p Panel, area image.Rectangle, tmax time.Duratio
 	for k := 0; k <= 4; k++ {
 		y := area.Max.Y - k*area.Dy()/4
 		hline(img, area.Min.X, area.Max.X, y, colGrid)
-		label := strconv.FormatFloat(ymax*float64(k)/4, 'g', 3, 64)
+		label := strconv.FormatFloat(math.Round(ymax*float64(k)/4*1000)/1000, 'f', -1, 64)
 		text(img, area.Min.X-8-7*len(label), y+4, label, colAxis)
 	}
 	xOf := func(t time.Duration) int { return area.Min.X + int(float64(area.Dx())*t.Seconds()/tmax.Seconds()) }
@@ -213,7 +228,7 @@ func niceCeil(v float64) float64 {
 		return 1
 	}
 	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range []float64{1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10} {
 		if v <= m*p {
 			return m * p
 		}

@@ -105,6 +105,8 @@ type Result struct {
 	Evictions        int
 	Window           time.Duration
 	Samples          []Sample
+	// Trace is every online request, when the built infer can write it.
+	Trace []Request `json:"-"`
 	// Notes are problems met during the run (also counted in Errors where they are).
 	Notes []string
 }
@@ -169,7 +171,7 @@ func (r *Runner) Run(ctx context.Context, strategies []Strategy) (*Report, error
 		r.Dir = d
 	}
 	rep := &Report{Scenario: r.Scenario, Started: time.Now()}
-	shared := slices.ContainsFunc(strategies, func(s Strategy) bool { return s != OnlineAlone && s != PriorityTimeSharing })
+	shared := slices.ContainsFunc(strategies, func(s Strategy) bool { return s != OnlineAlone })
 	if shared && !r.NoOfflineBaseline {
 		for i, j := range r.Scenario.Offline {
 			r.progress(fmt.Sprintf("offline %s alone (baseline)", j.Name))
@@ -322,6 +324,8 @@ func modeOf(s Strategy) mode {
 		return modeTimeSlice
 	case PlainMPS:
 		return modeMPS
+	case PriorityTimeSharing:
+		return modeTimeSlice
 	default:
 		return modeMuxd
 	}
@@ -331,8 +335,8 @@ func modeOf(s Strategy) mode {
 // strategy and measures the window in which the online service ran.
 func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64) (Result, error) {
 	res := Result{Strategy: st}
-	if st == PriorityTimeSharing {
-		res.Skipped = "gpusim cannot give a context priority yet"
+	if st == PriorityTimeSharing && !r.Artifacts.PrioritySupported() {
+		res.Skipped = "gpusim's fake driver does not read " + PriorityEnv + " (the time-slice scheduler cannot favour a context yet)"
 		return res, nil
 	}
 	s := r.Scenario
@@ -379,7 +383,17 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64) 
 			return res, err
 		}
 	}
-	on, err := n.start(ctx, "online", api.Online, n.art.Infer, s.InferArgs(dur)...)
+	var env []string
+	if st == PriorityTimeSharing {
+		env = []string{PriorityEnv + "=high"}
+	}
+	args := s.InferArgs(dur)
+	tracePath := ""
+	if r.Artifacts.TraceSupported() {
+		tracePath = filepath.Join(n.dir, "online-trace.csv")
+		args = append(args, TraceFlag, tracePath)
+	}
+	on, err := n.startEnv(ctx, "online", api.Online, env, n.art.Infer, args...)
 	if err != nil {
 		return res, err
 	}
@@ -457,6 +471,17 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64) 
 		}
 	}
 	res.Samples = smp.samples
+	if tracePath != "" {
+		f, err := os.Open(tracePath)
+		if err != nil {
+			return res, fmt.Errorf("the online service wrote no trace: %w", err)
+		}
+		res.Trace, err = ParseTrace(f)
+		f.Close()
+		if err != nil {
+			return res, fmt.Errorf("online trace: %w", err)
+		}
+	}
 	res.BusyPerRequest = math.NaN()
 	if smp.requests > 0 {
 		res.BusyPerRequest = smp.busyNs / smp.requests / 1e6
