@@ -348,6 +348,9 @@ EXPORT CUresult cuGetExportTable(const void **t, const CUuuid *id)
 /* Linked -Bsymbolic, like the real driver: the table holds the stub's own
  * functions even when an interposer is preloaded. Resolves names from an internal table, choosing the
  * variant from cudaVersion and flags. */
+/* The CUDA 11.3 ABI, still exported by drivers under the plain name. */
+EXPORT CUresult stub_gpa_v1(const char *sym, void **pfn, int ver, cuuint64_t flags)
+    __asm__("cuGetProcAddress");
 struct fn {
     const char *name;
     void *p;
@@ -361,7 +364,7 @@ static const struct fn fns[] = {
     F(cuLaunchKernel_ptsz), F(cuLaunchKernelEx), F(cuLaunchCooperativeKernel), F(cuGraphLaunch),
     F(cuGetErrorString), F(cuGetExportTable), F(cuEventCreate), F(cuEventRecord),
     F(cuEventSynchronize), F(cuEventQuery), F(cuEventElapsedTime), F(cuEventDestroy_v2),
-    F(cuGetProcAddress_v2),
+    F(cuGetProcAddress_v2), {"cuGetProcAddress", (void *)stub_gpa_v1},
 };
 
 static void *find(const char *name)
@@ -377,6 +380,14 @@ static void *find(const char *name)
 EXPORT void *stub_fn(const char *name) { return name ? find(name) : NULL; }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *st);
+
+EXPORT CUresult stub_gpa_v1(const char *sym, void **pfn, int ver, cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *st)
 {
     if (!sym || !pfn)
@@ -387,6 +398,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint
         snprintf(buf, sizeof buf, "%s_ptsz", sym);
         p = find(buf);
     }
+    if (strcmp(sym, "cuGetProcAddress") == 0)
+        p = find(ver >= 12000 ? "cuGetProcAddress_v2" : "cuGetProcAddress");
     if (!p && ver >= 3020) {
         snprintf(buf, sizeof buf, "%s_v2", sym);
         p = find(buf);

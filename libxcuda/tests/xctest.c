@@ -33,6 +33,16 @@ typedef CUresult (*sync_fn)(void);
 typedef CUresult (*ver_fn)(int *);
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
                            CUdriverProcAddressQueryResult *);
+typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
+typedef void *(*dlsym_fn)(void *, const char *);
+
+/* dlsym as binaries linked against glibc < 2.34 reference it. */
+#if defined(__x86_64__)
+__asm__(".symver dlsym_old, dlsym@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver dlsym_old, dlsym@GLIBC_2.17");
+#endif
+extern void *dlsym_old(void *, const char *);
 
 static struct {
     init_fn init;
@@ -48,15 +58,31 @@ static struct {
 } api;
 
 static gpa_fn gpa;
+static gpa1_fn gpa1;
 static void *drv; /* the driver's handle, for the stub's test hooks */
 
 static void *by_gpa(const char *name, cuuint64_t flags)
 {
     void *p = NULL;
     CUdriverProcAddressQueryResult st;
+    if (gpa1 != NULL)
+        return gpa1(name, &p, 11080, flags) == CUDA_SUCCESS ? p : NULL;
     if (gpa(name, &p, 12000, flags, &st) != CUDA_SUCCESS)
         return NULL;
     return p;
+}
+
+/* Where a function pointer lives: "libxcuda", "driver" or "none". */
+static const char *owner(void *p)
+{
+    Dl_info info;
+    if (p == NULL)
+        return "none";
+    if (dladdr(p, &info) == 0 || info.dli_fname == NULL)
+        return "unknown";
+    const char *base = strrchr(info.dli_fname, '/');
+    base = base ? base + 1 : info.dli_fname;
+    return strncmp(base, "libxcuda", 8) == 0 ? "libxcuda" : "driver";
 }
 
 static int setup(const char *way)
@@ -84,29 +110,46 @@ static int setup(const char *way)
         fprintf(stderr, "xctest: dlopen libcuda.so.1: %s\n", dlerror());
         return -1;
     }
+    dlsym_fn ds = dlsym;
+    if (strcmp(way, "dlsym-old") == 0) {
+        ds = dlsym_old;
+        way = "dlsym";
+    }
     if (strcmp(way, "dlsym") == 0) {
-        api.init = (init_fn)dlsym(h, "cuInit");
-        api.alloc = (alloc_fn)dlsym(h, "cuMemAlloc_v2");
-        api.free = (free_fn)dlsym(h, "cuMemFree_v2");
-        api.info = (info_fn)dlsym(h, "cuMemGetInfo_v2");
-        api.name = (name_fn)dlsym(h, "cuDeviceGetName");
-        api.launch = (launch_fn)dlsym(h, "cuLaunchKernel");
-        api.launch_ptsz = (launch_fn)dlsym(h, "cuLaunchKernel_ptsz");
-        api.graph = (graph_fn)dlsym(h, "cuGraphLaunch");
-        api.sync = (sync_fn)dlsym(h, "cuCtxSynchronize");
-        api.version = (ver_fn)dlsym(h, "cuDriverGetVersion");
-        api.export_table = dlsym(h, "cuGetExportTable");
+        api.init = (init_fn)ds(h, "cuInit");
+        api.alloc = (alloc_fn)ds(h, "cuMemAlloc_v2");
+        api.free = (free_fn)ds(h, "cuMemFree_v2");
+        api.info = (info_fn)ds(h, "cuMemGetInfo_v2");
+        api.name = (name_fn)ds(h, "cuDeviceGetName");
+        api.launch = (launch_fn)ds(h, "cuLaunchKernel");
+        api.launch_ptsz = (launch_fn)ds(h, "cuLaunchKernel_ptsz");
+        api.graph = (graph_fn)ds(h, "cuGraphLaunch");
+        api.sync = (sync_fn)ds(h, "cuCtxSynchronize");
+        api.version = (ver_fn)ds(h, "cuDriverGetVersion");
+        api.export_table = ds(h, "cuGetExportTable");
         return 0;
     }
-    if (strcmp(way, "gpa") == 0) {
-        gpa = (gpa_fn)dlsym(h, "cuGetProcAddress_v2");
-        if (gpa == NULL)
-            return -1;
-        /* As the CUDA runtime does: cuGetProcAddress for everything, even
-         * for cuGetProcAddress itself. */
-        gpa = (gpa_fn)by_gpa("cuGetProcAddress", 0);
-        if (gpa == NULL)
-            return -1;
+    if (strcmp(way, "gpa") == 0 || strcmp(way, "gpa1") == 0) {
+        if (strcmp(way, "gpa1") == 0) {
+            /* A CUDA 11.x runtime: the 4-argument ABI. */
+            gpa1 = (gpa1_fn)dlsym(h, "cuGetProcAddress");
+            if (gpa1 == NULL)
+                return -1;
+            gpa1 = (gpa1_fn)by_gpa("cuGetProcAddress", 0);
+            printf("gpa_owner=%s\n", owner((void *)gpa1));
+            if (gpa1 == NULL)
+                return -1;
+        } else {
+            gpa = (gpa_fn)dlsym(h, "cuGetProcAddress_v2");
+            if (gpa == NULL)
+                return -1;
+            /* As the CUDA runtime does: cuGetProcAddress for everything,
+             * even for cuGetProcAddress itself. */
+            gpa = (gpa_fn)by_gpa("cuGetProcAddress", 0);
+            printf("gpa_owner=%s\n", owner((void *)gpa));
+            if (gpa == NULL)
+                return -1;
+        }
         api.init = (init_fn)by_gpa("cuInit", 0);
         api.alloc = (alloc_fn)by_gpa("cuMemAlloc", 0);
         api.free = (free_fn)by_gpa("cuMemFree", 0);
@@ -123,19 +166,6 @@ static int setup(const char *way)
     }
     fprintf(stderr, "xctest: unknown way %s\n", way);
     return -1;
-}
-
-/* Where a function pointer lives: "libxcuda", "driver" or "none". */
-static const char *owner(void *p)
-{
-    Dl_info info;
-    if (p == NULL)
-        return "none";
-    if (dladdr(p, &info) == 0 || info.dli_fname == NULL)
-        return "unknown";
-    const char *base = strrchr(info.dli_fname, '/');
-    base = base ? base + 1 : info.dli_fname;
-    return strncmp(base, "libxcuda", 8) == 0 ? "libxcuda" : "driver";
 }
 
 static double now_s(void)

@@ -30,7 +30,15 @@ func TestEntryPoints(t *testing.T) {
 		},
 		{
 			name: "cuGetProcAddress", prog: "xctest", way: "gpa", preload: true,
-			want: map[string]string{"alloc_owner": "libxcuda", "launch_owner": "libxcuda", "launch_ptsz_owner": "libxcuda", "name_owner": "driver", "export_table_owner": "driver", "init": "0", "alloc_over_cap": "2", "alloc_small": "0", "mem_total": "1048576", "name": "stub GPU", "version": "12060"},
+			want: map[string]string{"gpa_owner": "libxcuda", "alloc_owner": "libxcuda", "launch_owner": "libxcuda", "launch_ptsz_owner": "libxcuda", "name_owner": "driver", "export_table_owner": "driver", "init": "0", "alloc_over_cap": "2", "alloc_small": "0", "mem_total": "1048576", "name": "stub GPU", "version": "12060"},
+		},
+		{
+			name: "dlsym@GLIBC_2.2.5", prog: "xctest", way: "dlsym-old", preload: true,
+			want: map[string]string{"alloc_owner": "libxcuda", "launch_owner": "libxcuda", "name_owner": "driver", "export_table_owner": "driver", "init": "0", "alloc_over_cap": "2", "alloc_small": "0", "name": "stub GPU"},
+		},
+		{
+			name: "cuGetProcAddress v1 (CUDA 11 runtime)", prog: "xctest", way: "gpa1", preload: true,
+			want: map[string]string{"gpa_owner": "libxcuda", "alloc_owner": "libxcuda", "launch_owner": "libxcuda", "launch_ptsz_owner": "libxcuda", "name_owner": "driver", "export_table_owner": "driver", "init": "0", "alloc_over_cap": "2", "alloc_small": "0", "name": "stub GPU", "version": "12060"},
 		},
 		{
 			// Without libxcuda the same over-cap allocation succeeds: the
