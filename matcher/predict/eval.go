@@ -28,10 +28,14 @@ type Fold struct {
 // Report summarises a cross-validation: per-fold results and metrics over
 // all held-out predictions pooled.
 type Report struct {
-	Model    string  `json:"model"`
-	Folds    []Fold  `json:"folds"`
-	MAE      float64 `json:"mae"`
-	Spearman float64 `json:"spearman"`
+	Model string  `json:"model"`
+	Folds []Fold  `json:"folds"`
+	MAE   float64 `json:"mae"`
+	// Spearman pools every held-out prediction; FoldSpearman averages the
+	// folds' own (skipping folds where a side is constant), which is the
+	// fairer view for models whose level shifts between folds.
+	Spearman     float64 `json:"spearman"`
+	FoldSpearman float64 `json:"fold_spearman"`
 }
 
 // LeaveOneModelOut trains once per model family with every co-location that
@@ -86,6 +90,14 @@ func LeaveOneModelOut(recs []profile.Colocation, t Trainer) (Report, error) {
 	}
 	rep.MAE = MAE(allPred, allTrue)
 	rep.Spearman = Spearman(allPred, allTrue)
+	n := 0
+	for _, f := range rep.Folds {
+		if !math.IsNaN(f.Spearman) {
+			rep.FoldSpearman += f.Spearman
+			n++
+		}
+	}
+	rep.FoldSpearman /= float64(n) // NaN when no fold has one
 	return rep, nil
 }
 
@@ -102,6 +114,15 @@ func MAE(pred, truth []float64) float64 {
 // when either side is constant.
 func Spearman(x, y []float64) float64 {
 	return pearson(ranks(x), ranks(y))
+}
+
+func constant(x []float64) bool {
+	for _, v := range x {
+		if v != x[0] {
+			return false
+		}
+	}
+	return true
 }
 
 func ranks(x []float64) []float64 {
@@ -126,6 +147,9 @@ func ranks(x []float64) []float64 {
 }
 
 func pearson(x, y []float64) float64 {
+	if constant(x) || constant(y) {
+		return math.NaN()
+	}
 	n := float64(len(x))
 	var mx, my float64
 	for i := range x {

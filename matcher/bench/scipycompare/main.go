@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/muxflow/muxflow/matcher/assign"
@@ -35,6 +36,7 @@ type scipyResult struct {
 	Rows, Cols int
 	Total      float64
 	Seconds    float64
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 func run(ctx context.Context, args []string) error {
@@ -57,14 +59,14 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer os.RemoveAll(dir)
 
-	fmt.Printf("%-6s %-4s %-14s %-14s %-10s %-10s %-7s %s\n", "n", "rep", "go_total", "scipy_total", "go_s", "scipy_s", "ratio", "optimum")
+	fmt.Printf("%-6s %-4s %-14s %-14s %-9s %-9s %-7s %-9s %-9s %-7s %s\n", "n", "rep", "go_total", "scipy_total", "go_s", "scipy_s", "ratio", "go_cpu", "scipy_cpu", "ratio", "optimum")
 	failed := false
 	for _, f := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("size %q is not a positive integer", f)
 		}
-		var goT, pyT []float64
+		var goT, pyT, goC, pyC []float64
 		for rep := 0; rep < *reps; rep++ {
 			r := rand.New(rand.NewPCG(*seed, uint64(n*1000+rep)))
 			w := make([]float64, n*n)
@@ -76,9 +78,9 @@ func run(ctx context.Context, args []string) error {
 				return err
 			}
 			var s assign.Dense
-			start := time.Now()
+			start, c0 := time.Now(), cpuSeconds()
 			res, err := s.Maximize(w, n, n)
-			gs := time.Since(start).Seconds()
+			gs, gc := time.Since(start).Seconds(), cpuSeconds()-c0
 			if err != nil {
 				return fmt.Errorf("go solver n=%d: %w", n, err)
 			}
@@ -92,14 +94,20 @@ func run(ctx context.Context, args []string) error {
 				verdict = "DIFFERENT"
 				failed = true
 			}
-			fmt.Printf("%-6d %-4d %-14.6f %-14.6f %-10.4f %-10.4f %-7.3f %s\n", n, rep, res.Total, py.Total, gs, py.Seconds, gs/py.Seconds, verdict)
+			fmt.Printf("%-6d %-4d %-14.6f %-14.6f %-9.4f %-9.4f %-7.3f %-9.4f %-9.4f %-7.3f %s\n", n, rep, res.Total, py.Total, gs, py.Seconds, gs/py.Seconds, gc, py.CPUSeconds, gc/py.CPUSeconds, verdict)
 			goT = append(goT, gs)
 			pyT = append(pyT, py.Seconds)
+			goC = append(goC, gc)
+			pyC = append(pyC, py.CPUSeconds)
 			os.Remove(path)
 		}
 		gm, pm := median(goT), median(pyT)
-		fmt.Printf("n=%d median go %.4fs scipy %.4fs ratio %.3f (load average %s)\n", n, gm, pm, gm/pm, loadAverage())
-		if gm > pm {
+		gcm, pcm := median(goC), median(pyC)
+		fmt.Printf("n=%d median wall go %.4fs scipy %.4fs ratio %.3f; CPU go %.4fs scipy %.4fs ratio %.3f (load average %s)\n",
+			n, gm, pm, gm/pm, gcm, pcm, gcm/pcm, loadAverage())
+		// CPU time decides: on a shared machine wall time measures the
+		// neighbours as much as the solver.
+		if gcm > pcm {
 			failed = true
 		}
 	}
@@ -111,6 +119,14 @@ func run(ctx context.Context, args []string) error {
 		return errors.New("an optimum differed or the Go solver was slower than scipy")
 	}
 	return nil
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func loadAverage() string {
