@@ -121,17 +121,11 @@ type Status struct {
 }
 
 func status(ctx context.Context, c *client.Client, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "table", "output format: table or json")
-	if err := fs.Parse(args); err != nil {
+	asJSON, err := outputFormat("status", args, stderr)
+	if err != nil {
 		return err
 	}
-	if *out != "table" && *out != "json" {
-		return fmt.Errorf("%w: -o must be table or json, not %q", ErrUsage, *out)
-	}
 	var st Status
-	var err error
 	if st.Node, err = c.Node(ctx); err != nil {
 		return err
 	}
@@ -141,10 +135,8 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 	if st.Containers, err = c.Containers(ctx); err != nil {
 		return err
 	}
-	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+	if asJSON {
+		return writeJSON(stdout, st)
 	}
 	n := st.Node
 	fmt.Fprintf(stdout, "node %s  muxd %s  up %s  policy %s\n", n.Hostname, n.Version,
@@ -205,29 +197,42 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 }
 
 func events(ctx context.Context, c *client.Client, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("events", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "table", "output format: table or json")
-	if err := fs.Parse(args); err != nil {
+	asJSON, err := outputFormat("events", args, stderr)
+	if err != nil {
 		return err
-	}
-	if *out != "table" && *out != "json" {
-		return fmt.Errorf("%w: -o must be table or json, not %q", ErrUsage, *out)
 	}
 	ev, err := c.Events(ctx)
 	if err != nil {
 		return err
 	}
-	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ev)
+	if asJSON {
+		return writeJSON(stdout, ev)
 	}
 	if len(ev) == 0 {
 		fmt.Fprintln(stdout, "no GPU events")
 		return nil
 	}
 	return monitor.WriteEvents(stdout, ev)
+}
+
+// outputFormat parses a command's only flag, -o table|json, and reports whether it is json.
+func outputFormat(command string, args []string, stderr io.Writer) (bool, error) {
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "table", "output format: table or json")
+	if err := fs.Parse(args); err != nil {
+		return false, err
+	}
+	if *out != "table" && *out != "json" {
+		return false, fmt.Errorf("%w: -o must be table or json, not %q", ErrUsage, *out)
+	}
+	return *out == "json", nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func shortID(id string) string {
