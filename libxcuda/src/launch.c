@@ -1,79 +1,59 @@
 /* launch.c — the launch entry points. The fast path (not paused, not
  * throttled, not stopping) is a few relaxed loads and a thread-local
  * counter, then a tail call into the driver: no lock, syscall, allocation
- * or getenv. Everything else goes through the gate's slow path. */
+ * or getenv. Everything else goes through the gate's slow path, kept in a
+ * separate non-inlined function so the fast path saves no registers. */
 #include "xcuda.h"
 
-#define GATED(realfn, stream, call)                                           \
-    do {                                                                      \
-        __typeof__(xc_real.realfn) real_ = XC_REAL(realfn);                   \
-        if (XC_UNLIKELY(real_ == NULL))                                       \
+/* GATED(name, field, stream, (params...), (args...)) defines the exported
+ * wrapper `name` over xc_real.field. */
+#define GATED(name, field, stream, params, args)                              \
+    __attribute__((noinline)) static CUresult slow_##name params              \
+    {                                                                         \
+        __typeof__(xc_real.field) real_ = XC_REAL(field);                     \
+        if (real_ == NULL)                                                    \
             return CUDA_ERROR_NOT_INITIALIZED;                                \
-        xc_count_launch();                                                    \
-        if (XC_LIKELY(xc_gate_open()))                                        \
-            return call;                                                      \
+        if ((xc_tls_launches & 255u) == 0)                                    \
+            xc_flush_launches();                                              \
+        if (xc_gate_open())                                                   \
+            return real_ args;                                                \
         struct xc_ticket t_;                                                  \
         CUresult g_ = xc_gate_slow((stream), &t_);                            \
         if (g_ != CUDA_SUCCESS)                                               \
             return g_;                                                        \
-        CUresult r_ = call;                                                   \
+        CUresult r_ = real_ args;                                             \
         xc_gate_done((stream), &t_, r_);                                      \
         return r_;                                                            \
-    } while (0)
+    }                                                                         \
+    XC_EXPORT CUresult name params                                            \
+    {                                                                         \
+        if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) { \
+            __typeof__(xc_real.field) real_ = xc_real.field;                  \
+            if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & 255u) != 0 &&  \
+                          xc_gate_open()))                                    \
+                return real_ args;                                            \
+        }                                                                     \
+        return slow_##name args;                                              \
+    }
 
-XC_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                  unsigned int bx, unsigned int by, unsigned int bz,
-                                  unsigned int shmem, CUstream s, void **params, void **extra)
-{
-    GATED(cuLaunchKernel, s, real_(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
-}
+#define LAUNCH_PARAMS                                                         \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,       \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params,        \
+     void **extra)
+#define LAUNCH_ARGS (f, gx, gy, gz, bx, by, bz, shmem, s, params, extra)
+#define COOP_PARAMS                                                           \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,       \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params)
+#define COOP_ARGS (f, gx, gy, gz, bx, by, bz, shmem, s, params)
+#define EX_PARAMS (const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+#define EX_ARGS (config, f, params, extra)
+#define EX_STREAM (config ? config->hStream : NULL)
 
-XC_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
-                                       unsigned int gz, unsigned int bx, unsigned int by,
-                                       unsigned int bz, unsigned int shmem, CUstream s,
-                                       void **params, void **extra)
-{
-    GATED(cuLaunchKernel_ptsz, s, real_(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
-}
-
-XC_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
-                                             unsigned int gz, unsigned int bx, unsigned int by,
-                                             unsigned int bz, unsigned int shmem, CUstream s,
-                                             void **params)
-{
-    GATED(cuLaunchCooperativeKernel, s, real_(f, gx, gy, gz, bx, by, bz, shmem, s, params));
-}
-
-XC_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx,
-                                                  unsigned int gy, unsigned int gz,
-                                                  unsigned int bx, unsigned int by,
-                                                  unsigned int bz, unsigned int shmem, CUstream s,
-                                                  void **params)
-{
-    GATED(cuLaunchCooperativeKernel_ptsz, s,
-          real_(f, gx, gy, gz, bx, by, bz, shmem, s, params));
-}
-
-XC_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params,
-                                    void **extra)
-{
-    CUstream s = config ? config->hStream : NULL;
-    GATED(cuLaunchKernelEx, s, real_(config, f, params, extra));
-}
-
-XC_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
-                                         void **params, void **extra)
-{
-    CUstream s = config ? config->hStream : NULL;
-    GATED(cuLaunchKernelEx_ptsz, s, real_(config, f, params, extra));
-}
-
-XC_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
-{
-    GATED(cuGraphLaunch, s, real_(g, s));
-}
-
-XC_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
-{
-    GATED(cuGraphLaunch_ptsz, s, real_(g, s));
-}
+GATED(cuLaunchKernel, cuLaunchKernel, s, LAUNCH_PARAMS, LAUNCH_ARGS)
+GATED(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, s, LAUNCH_PARAMS, LAUNCH_ARGS)
+GATED(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, s, COOP_PARAMS, COOP_ARGS)
+GATED(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_ptsz, s, COOP_PARAMS, COOP_ARGS)
+GATED(cuLaunchKernelEx, cuLaunchKernelEx, EX_STREAM, EX_PARAMS, EX_ARGS)
+GATED(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_ptsz, EX_STREAM, EX_PARAMS, EX_ARGS)
+GATED(cuGraphLaunch, cuGraphLaunch, s, (CUgraphExec g, CUstream s), (g, s))
+GATED(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz, s, (CUgraphExec g, CUstream s), (g, s))
