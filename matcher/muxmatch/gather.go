@@ -135,7 +135,10 @@ func fetchNode(ctx context.Context, endpoint string) (profile.NodeReport, error)
 	url := strings.TrimSuffix(endpoint, "/") + "/v1/node"
 	if !strings.HasPrefix(endpoint, "http://") && !strings.HasPrefix(endpoint, "https://") {
 		sock := endpoint
+		// One request per round: no keep-alive, so no idle connection
+		// outlives the transport.
 		client = &http.Client{Transport: &http.Transport{
+			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				var d net.Dialer
 				return d.DialContext(ctx, "unix", sock)
