@@ -221,7 +221,8 @@ XC_EXPORT CUresult cuInit(unsigned int flags)
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = real(flags);
-    if (r == CUDA_SUCCESS)
+    /* Without a block the process is not managed: pass through entirely. */
+    if (r == CUDA_SUCCESS && xc.lim != NULL)
         xc_signals_install();
     return r;
 }
