@@ -308,3 +308,39 @@ func FuzzEditContainerd(f *testing.F) {
 		}
 	})
 }
+
+// TestContainerd2AcceptsConfig runs when $MUXFLOW_CONTAINERD2 names a containerd 2.x
+// binary (Debian 12 ships 1.6, so CI has none): containerd 2 must read the muxflow runtime
+// from an edited version 3 file and from an edited version 2 file it migrates.
+func TestContainerd2AcceptsConfig(t *testing.T) {
+	bin := os.Getenv("MUXFLOW_CONTAINERD2")
+	if bin == "" {
+		t.Skip("MUXFLOW_CONTAINERD2 is not set; the version 3 tables are checked by TestEditContainerdAddsAndRemoves")
+	}
+	v2 := "version = 2\n# comment\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n"
+	for name, doc := range map[string]string{"v2": v2, "v3": v3Doc} {
+		t.Run(name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "config.toml")
+			if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			if err := Configure([]string{"--runtime=containerd", "--config", cfg}, &out, &errb); err != nil {
+				t.Fatal(err)
+			}
+			dump, err := exec.Command(bin, "--config", cfg, "config", "dump").CombinedOutput()
+			if err != nil {
+				t.Fatalf("containerd 2 rejected the file: %v\n%s", err, dump)
+			}
+			for _, w := range []string{
+				`[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.muxflow.options]`,
+				`BinaryName = '/usr/bin/muxflow-runtime'`,
+				`pod_annotations = ['muxflow.io/*']`,
+			} {
+				if !strings.Contains(string(dump), w) {
+					t.Errorf("dump lacks %s", w)
+				}
+			}
+		})
+	}
+}
