@@ -1,12 +1,13 @@
 #!/bin/sh
 # package.sh: builds the muxflow deb and rpm from what `make build` left in $BUILD.
-# Called by `make package` (see Makefile for the variables); it stages the generated files
+# Called by `make package` (see Makefile for the variables; PACKAGERS="deb rpm" by
+# default picks the formats); it stages the generated files
 # (man pages, Debian changelog) in $BUILD/packaging and writes the packages to $DIST.
 set -eu
 
 : "${ROOT:?}" "${BUILD:?}" "${DIST:?}" "${VERSION:?}" "${ARCH:?}"
 GO=${GO:-go}
-STAGE=$BUILD/packaging
+STAGE=${STAGE:-$BUILD/packaging}
 
 # dpkg and rpm must both accept and order the version; the release ("-1") is nfpm's.
 case $VERSION in
@@ -79,6 +80,7 @@ LIBC=${LIBC:-2.17}
 
 export ROOT BUILD STAGE VERSION ARCH LIBC
 cd "$ROOT"
-for p in deb rpm; do
+for p in ${PACKAGERS:-deb rpm}; do
+	case $p in deb|rpm) ;; *) echo "package: unknown packager '$p'; want deb or rpm" >&2; exit 1 ;; esac
 	"$GO" tool nfpm package --config packaging/nfpm.yaml --packager "$p" --target "$DIST/"
 done

@@ -1,0 +1,351 @@
+#!/usr/bin/env bash
+# test.sh: the package tests (`make -C packaging test`, run by the top-level `make test`).
+# Builds the deb and rpm twice (two versions) from $BUILD, lints and lists them, checks
+# the units with systemd-analyze, installs the deb with dpkg on this machine, upgrades it,
+# removes and purges it, checks the rpm's upgrade and erase in a scratch root, and replays
+# the deb's life cycle with a stand-in systemd to check the maintainer scripts' calls.
+# Needs root (dpkg -i). It leaves nothing installed, and puts back any muxflow files
+# (/etc/muxflow, /var/lib/muxflow, /var/log/muxflow) it found.
+set -euo pipefail
+
+ROOT=${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+BUILD=${BUILD:-$ROOT/build}
+T=$BUILD/packaging-test
+V1=0.0.1~pkgtest1
+V2=0.0.1~pkgtest2
+checks=0
+
+fail() {
+	echo "packaging test: FAIL: $*" >&2
+	exit 1
+}
+start=$SECONDS
+ok() {
+	checks=$((checks + 1))
+	echo "ok $checks - $* [$((SECONDS - start))s]"
+}
+
+[ "$(id -u)" -eq 0 ] || fail "must run as root: it installs the .deb with dpkg -i (CI runs make test as root)"
+for c in dpkg dpkg-deb dpkg-query lintian rpm systemd-analyze unshare strip objdump gzip man; do
+	command -v "$c" >/dev/null 2>&1 || fail "$c is not installed; run tests/deps.sh as root"
+done
+
+# --- A clean slate, and a way back to it --------------------------------------------
+
+# Purge what an earlier, interrupted run left installed.
+if dpkg-query -W -f='${Status}' muxflow 2>/dev/null | grep -qv '^unknown ok not-installed$'; then
+	echo "packaging test: purging a muxflow package left installed by an earlier run"
+	dpkg -P muxflow >/dev/null
+fi
+rm -rf "$T"
+mkdir -p "$T/saved"
+saved=()
+for d in /etc/muxflow /var/lib/muxflow /var/log/muxflow; do
+	if [ -e "$d" ]; then
+		mkdir -p "$T/saved$(dirname "$d")"
+		mv "$d" "$T/saved$d"
+		saved+=("$d")
+	fi
+done
+cleanup() {
+	local rc=$?
+	dpkg -P muxflow >/dev/null 2>&1 || true
+	for d in "${saved[@]}"; do
+		rm -rf "$d"
+		mv "$T/saved$d" "$d"
+	done
+	if [ $rc -ne 0 ]; then echo "packaging test: work files kept in $T" >&2; fi
+	exit $rc
+}
+trap cleanup EXIT
+
+# --- Build two versions ---------------------------------------------------------------
+
+DEBARCH=$(go env GOARCH)
+case $DEBARCH in
+amd64) RPMARCH=x86_64 ;;
+arm64) RPMARCH=aarch64 ;;
+*) RPMARCH=$DEBARCH ;;
+esac
+for v in 1 2; do
+	eval "ver=\$V$v"
+	packagers="deb rpm"
+	if ! STAGE="$T/stage$v" PACKAGERS="$packagers" make -s -C "$ROOT/packaging" package \
+		PKG_VERSION="$ver" DIST="$T/v$v" BUILD="$BUILD" >"$T/build$v.log" 2>&1; then
+		cat "$T/build$v.log" >&2
+		fail "make package (version $ver) failed"
+	fi
+done
+DEB1=$T/v1/muxflow_${V1}-1_${DEBARCH}.deb
+DEB2=$T/v2/muxflow_${V2}-1_${DEBARCH}.deb
+RPM1=$T/v1/muxflow-${V1}-1.${RPMARCH}.rpm
+RPM2=$T/v2/muxflow-${V2}-1.${RPMARCH}.rpm
+for f in "$DEB1" "$DEB2" "$RPM1" "$RPM2"; do
+	[ -f "$f" ] || fail "make package did not write $f (got: $(ls "$T/v1" "$T/v2" | tr '\n' ' '))"
+done
+ok "make package builds the deb and the rpm for versions $V1 and $V2"
+
+# --- Static checks ----------------------------------------------------------------------
+
+# Lintian: no errors (warnings are printed; overrides ship in the package with reasons).
+# "running with root privileges" is lintian's note about being run as root.
+if ! lintian --fail-on error "$DEB2" >"$T/lintian.out" 2>&1; then
+	cat "$T/lintian.out" >&2
+	fail "lintian reports errors on $(basename "$DEB2")"
+fi
+grep -q '^E:' "$T/lintian.out" && { cat "$T/lintian.out" >&2; fail "lintian printed errors"; }
+sed -e '/running with root privileges/d' -e 's/^/  lintian: /' "$T/lintian.out"
+ok "lintian: no errors ($(grep -c '^W:' "$T/lintian.out" || true) warnings)"
+
+# The files each package must hold, with their modes; nothing more, nothing less.
+expected_files() {
+	cat <<'EOF'
+-rw-r--r-- /etc/muxflow/policy.toml
+-rwxr-xr-x /usr/bin/muxctl
+-rwxr-xr-x /usr/bin/muxd
+-rwxr-xr-x /usr/bin/muxflow-hook
+-rwxr-xr-x /usr/bin/muxflow-runtime
+-rwxr-xr-x /usr/bin/muxmatch
+-rw-r--r-- /usr/lib/muxflow/libxcuda.so
+-rw-r--r-- /usr/lib/systemd/system/muxd.service
+-rw-r--r-- /usr/lib/systemd/system/muxd.socket
+-rw-r--r-- /usr/share/doc/muxflow/README.md
+-rw-r--r-- /usr/share/doc/muxflow/install.md
+-rw-r--r-- /usr/share/man/man1/muxctl.1.gz
+-rw-r--r-- /usr/share/man/man1/muxmatch.1.gz
+-rw-r--r-- /usr/share/man/man8/muxd.8.gz
+-rw-r--r-- /usr/share/man/man8/muxflow-hook.8.gz
+-rw-r--r-- /usr/share/man/man8/muxflow-runtime.8.gz
+EOF
+	case $1 in
+	deb)
+		cat <<'EOF'
+-rw-r--r-- /usr/share/doc/muxflow/changelog.Debian.gz
+-rw-r--r-- /usr/share/doc/muxflow/copyright
+-rw-r--r-- /usr/share/lintian/overrides/muxflow
+EOF
+		;;
+	rpm)
+		cat <<'EOF'
+-rw-r--r-- /usr/share/licenses/muxflow/LICENSE
+drwxr-xr-x /etc/muxflow
+drwxr-xr-x /usr/lib/muxflow
+drwxr-xr-x /usr/share/doc/muxflow
+drwxr-xr-x /usr/share/licenses/muxflow
+EOF
+		;;
+	esac
+}
+expect_same() { # name want got
+	if ! diff -u "$2" "$3" >"$T/diff.out"; then
+		cat "$T/diff.out" >&2
+		fail "$1 differs from what is expected (- expected, + got)"
+	fi
+}
+
+expected_files deb | sort -k2 >"$T/want-deb"
+# Directories are dpkg's business (it lists every parent); they must all be root 0755.
+dpkg-deb -c "$DEB2" | awk '$1 !~ /^d/ { sub(/^\./, "", $6); print $1, $6 }' | sort -k2 >"$T/got-deb"
+expect_same "dpkg-deb -c (files)" "$T/want-deb" "$T/got-deb"
+bad_dirs=$(dpkg-deb -c "$DEB2" | awk '$1 ~ /^d/ && ($1 != "drwxr-xr-x" || $2 != "root/root")')
+[ -z "$bad_dirs" ] || fail "directories in the deb that are not root:root 0755: $bad_dirs"
+bad_owner=$(dpkg-deb -c "$DEB2" | awk '$2 != "root/root"')
+[ -z "$bad_owner" ] || fail "files in the deb not owned by root: $bad_owner"
+ok "dpkg-deb -c lists exactly the expected files and modes, all root-owned"
+
+expected_files rpm | sort -k2 >"$T/want-rpm"
+rpm -qp --qf '[%{FILEMODES:perms} %{FILENAMES}\n]' "$RPM2" 2>/dev/null | sort -k2 >"$T/got-rpm"
+expect_same "rpm -qp file list" "$T/want-rpm" "$T/got-rpm"
+rpm -qpl "$RPM2" 2>/dev/null | sort >"$T/got-rpm-l"
+awk '{print $2}' "$T/want-rpm" | sort >"$T/want-rpm-l"
+expect_same "rpm -qpl" "$T/want-rpm-l" "$T/got-rpm-l"
+owners=$(rpm -qp --qf '[%{FILEUSERNAME}:%{FILEGROUPNAME}\n]' "$RPM2" 2>/dev/null | sort -u)
+[ "$owners" = "root:root" ] || fail "rpm files not all owned by root:root: $owners"
+ok "rpm -qpl lists exactly the expected files and modes, all root-owned"
+
+# The policy is a configuration file the package manager keeps when it was changed.
+conffiles=$(dpkg-deb -f "$DEB2" Package >/dev/null && dpkg-deb --ctrl-tarfile "$DEB2" | tar -xO ./conffiles)
+[ "$conffiles" = "/etc/muxflow/policy.toml" ] || fail "deb conffiles is '$conffiles', want /etc/muxflow/policy.toml"
+flags=$(rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' "$RPM2" 2>/dev/null | awk '$2 == "/etc/muxflow/policy.toml" {print $1}')
+[ "$flags" = "cn" ] || fail "rpm flags of /etc/muxflow/policy.toml are '$flags', want cn (config, noreplace)"
+ok "policy.toml is a conffile (deb) and %config(noreplace) (rpm)"
+
+[ "$(dpkg-deb -f "$DEB2" Version)" = "$V2-1" ] || fail "deb version is $(dpkg-deb -f "$DEB2" Version), want $V2-1"
+[ "$(rpm -qp --qf '%{VERSION}-%{RELEASE}' "$RPM2" 2>/dev/null)" = "$V2-1" ] || fail "rpm version is not $V2-1"
+dpkg-deb -f "$DEB2" Depends | grep -Eq '^libc6 \(>= 2\.[0-9]+\)$' || fail "deb Depends is '$(dpkg-deb -f "$DEB2" Depends)', want libc6 (>= 2.N)"
+dpkg --compare-versions "$V1-1" lt "$V2-1" || fail "dpkg orders $V1 after $V2"
+ok "versions, ordering and the libc dependency are right"
+
+# Maintainer scripts: shell syntax, and the rpm ones are attached to the right slots.
+for s in "$ROOT"/packaging/scripts/deb/* "$ROOT"/packaging/scripts/rpm/*; do
+	sh -n "$s" || fail "$s is not valid sh"
+done
+rpm -qp --scripts "$RPM2" 2>/dev/null >"$T/rpm-scripts"
+for slot in 'postinstall scriptlet' 'preuninstall scriptlet' 'postuninstall scriptlet'; do
+	grep -q "^$slot" "$T/rpm-scripts" || fail "the rpm has no $slot"
+done
+grep -q 'muxctl runtime configure' "$T/rpm-scripts" || fail "the rpm's %post does not print the runtime configuration step"
+if grep -Eq '(sed|tee|>+) *[^ ]*(containerd/config\.toml|docker/daemon\.json)' "$T/rpm-scripts" "$ROOT"/packaging/scripts/deb/*; then
+	fail "a maintainer script writes containerd or Docker configuration"
+fi
+ok "maintainer scripts parse, sit in the right rpm slots and never write engine configuration"
+
+# Contents: the shipped policy is the embedded default, the units are systemd/'s, the
+# programs run, are stripped and report their version.
+mkdir -p "$T/x"
+dpkg-deb -x "$DEB2" "$T/x"
+if ! cmp -s "$T/x/etc/muxflow/policy.toml" "$ROOT/policy/default.toml"; then
+	hint=
+	[ "$ROOT/policy/default.toml" -nt "$DEB2" ] && hint=" (policy/default.toml changed after the package was built: run again)"
+	fail "the shipped policy.toml is not policy/default.toml$hint"
+fi
+cmp -s "$T/x/usr/lib/systemd/system/muxd.service" "$ROOT/systemd/muxd.service" || fail "the shipped muxd.service is not systemd/muxd.service"
+cmp -s "$T/x/usr/lib/systemd/system/muxd.socket" "$ROOT/systemd/muxd.socket" || fail "the shipped muxd.socket is not systemd/muxd.socket"
+for b in muxd muxctl muxflow-runtime muxflow-hook muxmatch; do
+	if [ "$(head -c 4 "$T/x/usr/bin/$b" | od -An -c | tr -d ' ')" = '177ELF' ] &&
+		objdump -h "$T/x/usr/bin/$b" | grep -q '\.debug_'; then
+		fail "/usr/bin/$b is not stripped"
+	fi
+done
+for m in man8/muxd.8 man1/muxctl.1 man1/muxmatch.1 man8/muxflow-runtime.8 man8/muxflow-hook.8; do
+	w=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$T/x/usr/share/man/$m.gz" 2>&1 >/dev/null)
+	[ -z "$w" ] || fail "man page $m has roff warnings: $w"
+done
+zcat "$T/x/usr/share/man/man8/muxd.8.gz" | grep -q -- '-policy' || fail "muxd.8 does not carry muxd --help (no -policy flag)"
+ok "payload: default policy, units, stripped programs, man pages without roff warnings"
+
+# --- The deb on this machine (no systemd as PID 1) ----------------------------------
+
+[ ! -d /run/systemd/system ] || echo "packaging test: note: systemd is running; muxd will really be started"
+dpkg -i "$DEB1" >"$T/install.out" 2>&1 || { cat "$T/install.out" >&2; fail "dpkg -i $(basename "$DEB1") failed"; }
+grep -q 'muxctl runtime configure --runtime=containerd' "$T/install.out" ||
+	fail "installing did not print the next step (muxctl runtime configure); got: $(cat "$T/install.out")"
+[ "$(dpkg-query -W -f='${Status} ${Version}' muxflow)" = "install ok installed $V1-1" ] || fail "dpkg does not record muxflow $V1-1 as installed"
+# Every expected file is in place with its mode.
+while read -r mode path; do
+	[ -e "$path" ] || fail "$path is missing after dpkg -i"
+	got=$(stat -c '%A %U:%G' "$path")
+	[ "$got" = "$mode root:root" ] || fail "$path is '$got', want '$mode root:root'"
+done <"$T/want-deb"
+dpkg-deb --fsys-tarfile "$DEB1" | tar -xO ./etc/muxflow/policy.toml >"$T/policy1.toml"
+cmp -s /etc/muxflow/policy.toml "$T/policy1.toml" || fail "the installed policy is not the packaged default"
+ok "dpkg -i installs every file with its mode and prints the next step"
+
+out=$(/usr/bin/muxd --version 2>&1) || fail "muxd --version failed: $out"
+case $out in "muxd "?*) ;; *) fail "muxd --version printed '$out', want 'muxd VERSION'" ;; esac
+out=$(/usr/bin/muxctl policy check /etc/muxflow/policy.toml 2>&1) || fail "muxctl policy check /etc/muxflow/policy.toml failed: $out"
+printf '[monitor]\nperiod = "soon"\n' >"$T/bad.toml"
+if /usr/bin/muxctl policy check "$T/bad.toml" >/dev/null 2>&1; then
+	fail "muxctl policy check accepts an invalid policy, so its success above proves nothing"
+fi
+ok "installed muxd --version ('$(/usr/bin/muxd --version 2>&1)') and muxctl policy check work"
+
+# Enabled for the next boot even without a running systemd; the socket stays optional.
+link=/etc/systemd/system/multi-user.target.wants/muxd.service
+[ "$(readlink "$link" 2>/dev/null)" = /usr/lib/systemd/system/muxd.service ] || fail "muxd.service is not enabled ($link missing)"
+[ ! -e /etc/systemd/system/sockets.target.wants/muxd.socket ] || fail "muxd.socket was enabled; it is optional"
+if ! systemd-analyze verify /usr/lib/systemd/system/muxd.service /usr/lib/systemd/system/muxd.socket >"$T/verify.out" 2>&1 ||
+	[ -s "$T/verify.out" ]; then
+	cat "$T/verify.out" >&2
+	fail "systemd-analyze verify rejects or warns about the installed units"
+fi
+ok "muxd.service enabled, muxd.socket not; systemd-analyze verify accepts both units"
+
+# Upgrade: the operator's policy survives, nothing is left beside it.
+sed -i 's/^log_level = "info"/log_level = "debug"/' /etc/muxflow/policy.toml
+grep -q '^log_level = "debug"' /etc/muxflow/policy.toml || fail "could not edit the installed policy (log_level line not found)"
+mkdir -p /var/lib/muxflow/containers /var/log/muxflow/mps
+echo '{}' >/var/lib/muxflow/containers/pkgtest.json
+echo 'log' >/var/log/muxflow/mps/control.log
+dpkg -i "$DEB2" >"$T/upgrade.out" 2>&1 </dev/null || { cat "$T/upgrade.out" >&2; fail "upgrading with dpkg -i $(basename "$DEB2") failed"; }
+[ "$(dpkg-query -W -f='${Status} ${Version}' muxflow)" = "install ok installed $V2-1" ] || fail "dpkg does not record muxflow $V2-1 after the upgrade"
+grep -q '^log_level = "debug"' /etc/muxflow/policy.toml || fail "the upgrade replaced the modified /etc/muxflow/policy.toml"
+ls /etc/muxflow/policy.toml.dpkg-* >/dev/null 2>&1 && fail "the upgrade left $(ls /etc/muxflow/policy.toml.dpkg-*)"
+/usr/bin/muxctl policy check /etc/muxflow/policy.toml >/dev/null 2>&1 || fail "the kept policy no longer passes muxctl policy check"
+! grep -q 'muxctl runtime configure' "$T/upgrade.out" || fail "the upgrade printed the first-install next step again"
+[ -L "$link" ] || fail "the upgrade disabled muxd.service"
+ok "upgrade $V1 -> $V2 keeps the modified policy and the enablement"
+
+# Remove: programs gone, configuration and state kept.
+dpkg -r muxflow >"$T/remove.out" 2>&1 || { cat "$T/remove.out" >&2; fail "dpkg -r muxflow failed"; }
+[ "$(dpkg-query -W -f='${Status}' muxflow)" = "deinstall ok config-files" ] || fail "after dpkg -r, status is $(dpkg-query -W -f='${Status}' muxflow)"
+while read -r mode path; do
+	[ "$path" = /etc/muxflow/policy.toml ] && continue
+	[ ! -e "$path" ] || fail "$path is still there after dpkg -r"
+done <"$T/want-deb"
+[ ! -e /usr/lib/muxflow ] || fail "/usr/lib/muxflow is still there after dpkg -r"
+grep -q '^log_level = "debug"' /etc/muxflow/policy.toml || fail "dpkg -r did not keep the modified policy"
+[ -f /var/lib/muxflow/containers/pkgtest.json ] || fail "dpkg -r removed muxd's state; only purge may"
+ok "dpkg -r removes the programs and keeps the policy and state"
+
+# Purge: nothing of muxflow left, including systemd links and helper records.
+dpkg -P muxflow >"$T/purge.out" 2>&1 || { cat "$T/purge.out" >&2; fail "dpkg -P muxflow failed"; }
+dpkg-query -W muxflow >/dev/null 2>&1 && [ "$(dpkg-query -W -f='${Status}' muxflow)" != "unknown ok not-installed" ] &&
+	fail "dpkg still knows muxflow after purge: $(dpkg-query -W -f='${Status}' muxflow)"
+for p in /etc/muxflow /var/lib/muxflow /var/log/muxflow /usr/lib/muxflow /usr/share/doc/muxflow \
+	/usr/lib/systemd/system/muxd.service /usr/lib/systemd/system/muxd.socket; do
+	[ ! -e "$p" ] || fail "$p is still there after dpkg -P"
+done
+left=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/systemd/deb-systemd-helper-masked \
+	-name 'muxd.*' 2>/dev/null || true)
+[ -z "$left" ] || fail "systemd links or deb-systemd-helper records left after purge: $left"
+ok "dpkg -P leaves no file, directory, unit link or helper record"
+
+# --- rpm: upgrade keeps the policy, erase removes the rest (scratch root) ----------------
+
+R=$T/rpmroot
+rpmx() { rpm --root "$R" --dbpath /rpmdb "$@" 2> >(grep -v -e 'Alien' -e 'assuming you know' >&2); }
+mkdir -p "$R"
+rpmx -i --nodeps --noscripts "$RPM1" || fail "rpm -i $(basename "$RPM1") into a scratch root failed"
+[ -x "$R/usr/bin/muxd" ] && [ -f "$R/etc/muxflow/policy.toml" ] || fail "rpm -i did not install the files"
+echo '# changed by the operator' >>"$R/etc/muxflow/policy.toml"
+rpmx -U --nodeps --noscripts "$RPM2" || fail "rpm -U to $(basename "$RPM2") failed"
+[ "$(rpmx -q --qf '%{VERSION}' muxflow)" = "$V2" ] || fail "rpm does not record $V2 after the upgrade"
+grep -q '^# changed by the operator' "$R/etc/muxflow/policy.toml" || fail "rpm -U replaced the modified policy"
+[ ! -e "$R/etc/muxflow/policy.toml.rpmnew" ] || fail "rpm -U wrote policy.toml.rpmnew although the packaged policy did not change"
+rpmx -e --nodeps --noscripts muxflow || fail "rpm -e muxflow failed"
+left=$(cd "$R" && find . -path ./rpmdb -prune -o -type f -print)
+[ "$left" = "./etc/muxflow/policy.toml.rpmsave" ] || fail "after rpm -e, want only the saved modified policy left; got: $left"
+ok "rpm: upgrade keeps the modified policy, erase removes everything else (.rpmsave kept)"
+
+# --- Maintainer scripts with a stand-in systemd ------------------------------------------
+# In a private mount namespace, /run/systemd/system exists (as when systemd is PID 1) and
+# systemctl and deb-systemd-invoke are stubs that log their arguments: this checks what the
+# scripts ask systemd to do on install, upgrade, remove and purge.
+
+# /run/systemd itself is only a mount point here; the tmpfs over it is private.
+mkdir -p "$T/stubs" /run/systemd
+for c in systemctl deb-systemd-invoke; do
+	printf '#!/bin/sh\necho "%s $*" >>"%s"\n' "$c" "$T/calls" >"$T/stubs/$c"
+	chmod 0755 "$T/stubs/$c"
+done
+run_ns() { # phase command...
+	: >"$T/calls"
+	unshare -m --propagation private sh -c '
+		mount -t tmpfs -o mode=0755 tmpfs /run/systemd && mkdir /run/systemd/system && exec "$@"
+	' sh env PATH="$T/stubs:$PATH" "$@" >"$T/ns.out" 2>&1 </dev/null ||
+		{ cat "$T/ns.out" >&2; fail "with a stand-in systemd: $* failed"; }
+}
+want_call() { # phase pattern
+	grep -qx -- "$2" "$T/calls" || fail "$1: the scripts did not call '$2'; calls were: $(tr '\n' ';' <"$T/calls")"
+}
+no_call() {
+	! grep -qx -- "$2" "$T/calls" || fail "$1: the scripts called '$2'; calls were: $(tr '\n' ';' <"$T/calls")"
+}
+run_ns dpkg -i "$DEB1"
+want_call install 'deb-systemd-invoke start muxd.service'
+want_call install 'systemctl --system daemon-reload'
+run_ns dpkg -i "$DEB2"
+want_call upgrade 'deb-systemd-invoke restart muxd.service'
+no_call upgrade 'deb-systemd-invoke stop.*'
+run_ns dpkg -r muxflow
+want_call remove 'deb-systemd-invoke stop muxd.socket muxd.service'
+no_call remove 'deb-systemd-invoke \(start\|restart\).*'
+run_ns dpkg -P muxflow
+want_call purge 'systemctl --system daemon-reload'
+left=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/systemd/deb-systemd-helper-masked \
+	-name 'muxd.*' 2>/dev/null || true)
+[ -z "$left" ] || fail "with a stand-in systemd: links or records left after purge: $left"
+ok "with systemd running: install starts, upgrade restarts, remove stops muxd, purge cleans up"
+
+echo "packaging test: all $checks checks passed"
