@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 )
 
@@ -150,4 +151,30 @@ func TestDeadProcessReservationReclaimed(t *testing.T) {
 		t.Errorf("second holder got %d MiB after the first was killed, want 8", b.held)
 	}
 	b.finish(t)
+}
+
+// TestMemInfoNeverUnderflows: when muxd lowers the cap below what the
+// container already holds, cuMemGetInfo shows the cap as total and zero
+// free (not a huge wrapped-around number), and new allocations are refused.
+func TestMemInfoNeverUnderflows(t *testing.T) {
+	h := newHarness(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{8 << 20}})
+	holder := startHolder(t, h, 1<<20, 4)
+	holder.waitHeld(t)
+	defer holder.finish(t)
+	if err := h.block.SetLimits(ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{2 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.command("xctest", "entry", "dlsym", "1048576").CombinedOutput()
+	if err != nil {
+		t.Fatalf("xctest entry: %v\n%s", err, out)
+	}
+	kv := keyValues(string(out))
+	want := map[string]string{"alloc_over_cap": "2", "alloc_small": "2", "mem_total": "2097152", "mem_free": "0"}
+	got := map[string]string{}
+	for k := range want {
+		got[k] = kv[k]
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
 }

@@ -103,8 +103,13 @@ func TestThrottleShare(t *testing.T) {
 			h := newHarness(t, ctlblock.Limits{ShareBP: tt.share})
 			ch, wait := runLoop(t, h, tt.kernelUS, 3.5, tt.kind)
 			var ps []progress
+			var maxInFlight uint32
 			for p := range ch {
 				ps = append(ps, p)
+				maxInFlight = max(maxInFlight, h.block.Usage().InFlight)
+			}
+			if maxInFlight == 0 || maxInFlight > ctlblock.DefaultMaxInFlight {
+				t.Errorf("in-flight launches peaked at %d, want 1..%d", maxInFlight, ctlblock.DefaultMaxInFlight)
 			}
 			wait()
 			// Windows start after a 0.3 s warm-up (process start, first
@@ -127,6 +132,56 @@ func TestThrottleShare(t *testing.T) {
 				t.Errorf("usage shows no throttling: %+v", u)
 			}
 		})
+	}
+}
+
+// TestShareIsPerContainer: two processes of one container under a 30%
+// share get 30% together (the token bucket lives in the shared block).
+func TestShareIsPerContainer(t *testing.T) {
+	h := newHarness(t, ctlblock.Limits{ShareBP: 3000})
+	var all [2][]progress
+	var waits [2]func() string
+	var chs [2]<-chan progress
+	for i := range 2 {
+		chs[i], waits[i] = runLoop(t, h, 2000, 3.5, "kernel")
+	}
+	done := make(chan int)
+	for i := range 2 {
+		go func() {
+			for p := range chs[i] {
+				all[i] = append(all[i], p)
+			}
+			done <- i
+		}()
+	}
+	<-done
+	<-done
+	waits[0]()
+	waits[1]()
+	// Each process's stub meters only its own work: add the windows.
+	var sum []float64
+	for i := range 2 {
+		ps := all[i]
+		for len(ps) > 0 && ps[0].at < 0.3 {
+			ps = ps[1:]
+		}
+		ws := shareWindows(ps)
+		for j, w := range ws {
+			if j < len(sum) {
+				sum[j] += w
+			} else {
+				sum = append(sum, w)
+			}
+		}
+	}
+	t.Logf("container GPU share per window (two processes): %.3f", sum)
+	if len(sum) < 2 {
+		t.Fatalf("only %d windows", len(sum))
+	}
+	for i, w := range sum[:len(sum)-1] {
+		if w < 0.25 || w > 0.35 {
+			t.Errorf("window %d: container share %.3f, want 0.30 ±0.05", i, w)
+		}
 	}
 }
 
