@@ -55,7 +55,7 @@ type Config struct {
 	Predictor predict.Predictor
 }
 
-// Policy results at one snapshot.
+// Outcome is one pairing policy's result in one window.
 type Outcome struct {
 	Paired int
 	// Tput is the summed predicted normalised throughput of paired jobs:
@@ -94,8 +94,7 @@ type task struct {
 	name             string
 	numGPU, gpuMilli int
 	qos              string
-	created, deleted int64
-	scheduled        bool
+	created          int64
 }
 
 type node struct {
@@ -449,7 +448,7 @@ func readTasks(path string) ([]task, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := need(col, path, "name", "num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time", "scheduled_time"); err != nil {
+	if err := need(col, path, "name", "num_gpu", "gpu_milli", "qos", "creation_time"); err != nil {
 		return nil, err
 	}
 	num := func(r []string, c string, line int) (int64, error) {
@@ -465,18 +464,13 @@ func readTasks(path string) ([]task, error) {
 	}
 	var out []task
 	for i, r := range rows {
-		var vals [5]int64
-		for k, c := range []string{"num_gpu", "gpu_milli", "creation_time", "deletion_time", "scheduled_time"} {
+		var vals [3]int64
+		for k, c := range []string{"num_gpu", "gpu_milli", "creation_time"} {
 			if vals[k], err = num(r, c, i+2); err != nil {
 				return nil, err
 			}
 		}
-		del := vals[3]
-		if del < 0 {
-			del = math.MaxInt64
-		}
-		out = append(out, task{name: r[col["name"]], numGPU: int(vals[0]), gpuMilli: int(vals[1]), qos: r[col["qos"]],
-			created: vals[2], deleted: del, scheduled: vals[4] >= 0})
+		out = append(out, task{name: r[col["name"]], numGPU: int(vals[0]), gpuMilli: int(vals[1]), qos: r[col["qos"]], created: vals[2]})
 	}
 	return out, nil
 }
