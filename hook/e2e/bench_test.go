@@ -12,7 +12,7 @@ import (
 
 // minRounds keeps the medians meaningful when the benchmark framework asks for few
 // iterations (each round is four container runs).
-const minRounds = 15
+const minRounds = 21
 
 // BenchmarkRuncRun measures `runc run` of a container that runs /bin/true, straight through
 // runc and through muxflow-runtime, in the same process and interleaved round by round so
@@ -94,6 +94,19 @@ func BenchmarkRuncRun(b *testing.B) {
 	b.ReportMetric(ms(gpuPlain), "gpu-runc-ms")
 	b.ReportMetric(ms(gpuWrapped), "gpu-muxflow-ms")
 	b.ReportMetric(ms(gpuWrapped)-ms(gpuPlain), "gpu-delta-ms")
+	// Paired deltas (each round's wrapped run minus its plain run) cancel slow drifts in
+	// machine load that the difference of two medians does not.
+	paired := func(a, b []time.Duration) []time.Duration {
+		d := make([]time.Duration, len(a))
+		for i := range a {
+			d[i] = a[i] - b[i]
+		}
+		return d
+	}
+	b.ReportMetric(ms(paired(wrapped, plain)), "nongpu-paired-delta-ms")
+	b.ReportMetric(ms(paired(gpuWrapped, gpuPlain)), "gpu-paired-delta-ms")
+	b.Logf("median paired deltas: non-GPU %+.1f ms wall, %+.1f ms CPU; GPU %+.1f ms wall, %+.1f ms CPU",
+		ms(paired(wrapped, plain)), ms(paired(cpuWrapped, cpuPlain)), ms(paired(gpuWrapped, gpuPlain)), ms(paired(cpuGPUWrapped, cpuGPUPlain)))
 	b.ReportMetric(ms(cpuWrapped)-ms(cpuPlain), "nongpu-cpu-delta-ms")
 	b.ReportMetric(ms(cpuGPUWrapped)-ms(cpuGPUPlain), "gpu-cpu-delta-ms")
 	b.Logf("CPU medians: non-GPU runc %.1f ms, muxflow-runtime %.1f ms (%+.1f); GPU runc %.1f ms, muxflow-runtime %.1f ms (%+.1f)",
