@@ -13,7 +13,7 @@
         __typeof__(xc_real.field) real_ = XC_REAL(field);                     \
         if (real_ == NULL)                                                    \
             return CUDA_ERROR_NOT_INITIALIZED;                                \
-        if ((xc_tls_launches & 255u) == 0)                                    \
+        if ((xc_tls_launches & XC_FLUSH_MASK) == 0)                                    \
             xc_flush_launches();                                              \
         if (xc_gate_open())                                                   \
             return real_ args;                                                \
@@ -29,7 +29,7 @@
     {                                                                         \
         if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) { \
             __typeof__(xc_real.field) real_ = xc_real.field;                  \
-            if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & 255u) != 0 &&  \
+            if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & XC_FLUSH_MASK) != 0 &&  \
                           xc_gate_open()))                                    \
                 return real_ args;                                            \
         }                                                                     \

@@ -200,11 +200,10 @@ static inline int xc_gate_open(void)
     return (paused | (uint32_t)stop) == 0 && share >= XCUDA_SHARE_FULL;
 }
 
-static inline void xc_count_launch(void)
-{
-    if (XC_UNLIKELY((++xc_tls_launches & 255u) == 0))
-        xc_flush_launches();
-}
+/* Launch counts reach the usage page every XC_FLUSH_MASK+1 launches of a
+ * thread: muxd reads launch rates from it, and a shared atomic add on every
+ * launch would cost more than the whole fast path. */
+#define XC_FLUSH_MASK 31u
 
 /* ---- signals.c ---- */
 void xc_signals_install(void);

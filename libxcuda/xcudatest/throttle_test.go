@@ -194,7 +194,16 @@ func TestUnthrottledIsUntouched(t *testing.T) {
 	for p := range ch {
 		ps = append(ps, p)
 	}
-	wait()
+	tail := wait()
+	var launched, errs int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(tail), "done launches=%d errors=%d", &launched, &errs); err != nil {
+		t.Fatalf("parse %q: %v", tail, err)
+	}
+	// The counter reaches muxd in steps of 32 while running and in full
+	// when the process exits.
+	if u := h.block.Usage(); int64(u.Launches) != launched {
+		t.Errorf("usage counted %d launches, the program made %d", u.Launches, launched)
+	}
 	ws := shareWindows(ps)
 	if len(ws) < 1 || ws[0] < 0.9 {
 		t.Errorf("unthrottled GPU share %v, want ≥ 0.9", ws)
