@@ -292,6 +292,33 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n,
     return r;
 }
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { frees_seen++; return h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+    (void)pool;
+    (void)s;
+    return do_alloc(p, n);
+}
+struct CUarray_st {
+    int unused;
+};
+EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    if (!a || !d || d->Width == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p;
+    CUresult r = do_alloc(&p, d->Width * (d->Height ? d->Height : 1) * 4 * d->NumChannels);
+    if (r == CUDA_SUCCESS)
+        *a = calloc(1, sizeof(struct CUarray_st));
+    return r;
+}
+EXPORT CUresult cuArrayDestroy(CUarray a)
+{
+    if (!a)
+        return CUDA_ERROR_INVALID_HANDLE;
+    free(a);
+    frees_seen++;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, unsigned sh, CUstream s, void **p,
                                void **x)
@@ -365,6 +392,7 @@ static const struct fn fns[] = {
     F(cuGetErrorString), F(cuGetExportTable), F(cuEventCreate), F(cuEventRecord),
     F(cuEventSynchronize), F(cuEventQuery), F(cuEventElapsedTime), F(cuEventDestroy_v2),
     F(cuGetProcAddress_v2), {"cuGetProcAddress", (void *)stub_gpa_v1},
+    F(cuMemAllocFromPoolAsync), F(cuArrayCreate_v2), F(cuArrayDestroy),
 };
 
 static void *find(const char *name)

@@ -257,6 +257,60 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
     return errors != 0;
 }
 
+/* kinds: every kind of device allocation is capped and returned. Run with
+ * a 4 MiB cap; each kind takes 3 MiB (fits), then 3 MiB more (must not). */
+static int cmd_kinds(void)
+{
+    void *h = drv;
+    if (api.init(0) != CUDA_SUCCESS || h == NULL)
+        return 1;
+    /* Through the exported symbols, i.e. libxcuda's wrappers. */
+    CUresult (*managed)(CUdeviceptr *, size_t, unsigned) = (void *)dlsym(h, "cuMemAllocManaged");
+    CUresult (*async)(CUdeviceptr *, size_t, CUstream) = (void *)dlsym(h, "cuMemAllocAsync");
+    CUresult (*pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
+        (void *)dlsym(h, "cuMemAllocFromPoolAsync");
+    CUresult (*freeasync)(CUdeviceptr, CUstream) = (void *)dlsym(h, "cuMemFreeAsync");
+    CUresult (*pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned) =
+        (void *)dlsym(h, "cuMemAllocPitch_v2");
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long) = (void *)dlsym(h, "cuMemCreate");
+    CUresult (*release)(CUmemGenericAllocationHandle) = (void *)dlsym(h, "cuMemRelease");
+    CUresult (*arr)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *) = (void *)dlsym(h, "cuArrayCreate_v2");
+    CUresult (*arrfree)(CUarray) = (void *)dlsym(h, "cuArrayDestroy");
+    if (!managed || !async || !pool || !freeasync || !pitch || !create || !release || !arr ||
+        !arrfree)
+        return 1;
+    const size_t mb3 = 3 << 20;
+    CUdeviceptr a, b;
+    CUresult r1 = managed(&a, mb3, CU_MEM_ATTACH_GLOBAL), r2 = managed(&b, mb3, CU_MEM_ATTACH_GLOBAL);
+    printf("managed=%d,%d,%d\n", r1, r2, api.free(a));
+    r1 = async(&a, mb3, NULL);
+    r2 = async(&b, mb3, NULL);
+    printf("async=%d,%d,%d\n", r1, r2, freeasync(a, NULL));
+    r1 = pool(&a, mb3, NULL, NULL);
+    r2 = pool(&b, mb3, NULL, NULL);
+    printf("pool=%d,%d,%d\n", r1, r2, freeasync(a, NULL));
+    size_t p1, p2;
+    r1 = pitch(&a, &p1, 1000, 3000, 4); /* 1024 x 3000 = 2.9 MiB */
+    r2 = pitch(&b, &p2, 1000, 3000, 4);
+    printf("pitch=%d,%d,%d\n", r1, r2, api.free(a));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle ha, hb;
+    r1 = create(&ha, mb3, &prop, 0);
+    r2 = create(&hb, mb3, &prop, 0);
+    printf("create=%d,%d,%d\n", r1, r2, release(ha));
+    CUDA_ARRAY_DESCRIPTOR d = {.Width = 768, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+    CUarray xa, xb;
+    r1 = arr(&xa, &d);
+    r2 = arr(&xb, &d);
+    printf("array=%d,%d,%d\n", r1, r2, arrfree(xa));
+    return 0;
+}
+
 /* fork: the child gets its own process slot and cannot release the
  * parent's reservations by freeing the parent's pointers. */
 static int cmd_fork(void)
@@ -338,6 +392,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "fork") == 0)
         return cmd_fork();
+    if (strcmp(argv[1], "kinds") == 0)
+        return cmd_kinds();
     if (strcmp(argv[1], "sigapp") == 0)
         return cmd_sigapp();
     if (strcmp(argv[1], "loop") == 0 && argc == 6)

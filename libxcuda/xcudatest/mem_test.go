@@ -178,3 +178,28 @@ func TestMemInfoNeverUnderflows(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestEveryAllocationKindIsCapped: managed, async, pool, pitch,
+// cuMemCreate and array allocations all count against the cap (the second
+// 3 MiB of each kind under a 4 MiB cap fails with 2 =
+// CUDA_ERROR_OUT_OF_MEMORY) and their frees return the bytes (the next kind
+// fits again).
+func TestEveryAllocationKindIsCapped(t *testing.T) {
+	h := newHarness(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{4 << 20}})
+	out, err := h.command("xctest", "kinds", "dlsym").CombinedOutput()
+	if err != nil {
+		t.Fatalf("xctest kinds: %v\n%s", err, out)
+	}
+	kv := keyValues(string(out))
+	want := map[string]string{"managed": "0,2,0", "async": "0,2,0", "pool": "0,2,0", "pitch": "0,2,0", "create": "0,2,0", "array": "0,2,0"}
+	got := map[string]string{}
+	for k := range want {
+		got[k] = kv[k]
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s\n%s", diff, out)
+	}
+	if u := h.block.Usage(); len(u.ReservedBytes) != 0 || u.OOMDenials != 6 {
+		t.Errorf("after exit: reserved %v, OOM denials %d; want none, 6", u.ReservedBytes, u.OOMDenials)
+	}
+}
