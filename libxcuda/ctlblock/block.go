@@ -212,7 +212,8 @@ func (b *Block) SetLimits(l Limits) error {
 	return nil
 }
 
-// Limits reads the current limits as one consistent set.
+// Limits reads the current limits as one consistent set. Per-device slices
+// come back without trailing zero (no limit) entries, nil when none is set.
 func (b *Block) Limits() Limits {
 	for i := 0; ; i++ {
 		g1 := atomic.LoadUint64(&b.lim.Generation)
