@@ -19,6 +19,8 @@ type Invocation struct {
 	Bundle string
 	// ID is the container id of create and run.
 	ID string
+	// Config is crun's --config (-f): a spec file other than the bundle's config.json.
+	Config string
 }
 
 // Flags of runc and crun that take a value: knowing them is how the subcommand and the
@@ -30,6 +32,7 @@ var valueFlags = map[string]bool{
 	"rootless": true, "cgroup-manager": true,
 	// create / run
 	"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true,
+	"config": true, "f": true, // crun only
 }
 
 // ParseArgs reads a runc-style command line (without argv[0]). cwd resolves a relative
@@ -70,6 +73,8 @@ func ParseArgs(args []string, cwd string) (Invocation, error) {
 			inv.LogFormat = val
 		case "bundle", "b":
 			bundle = val
+		case "config", "f":
+			inv.Config = val
 		}
 	}
 	if inv.Command != "create" && inv.Command != "run" {

@@ -17,6 +17,7 @@ func TestParseArgs(t *testing.T) {
 			Invocation{Command: "create", Log: "/b/log.json", LogFormat: "json", Bundle: "/b", ID: "c1"}, false},
 		{"equals and short", []string{"--log=/l", "run", "-b", "rel dir", "--detach", "c2"},
 			Invocation{Command: "run", Log: "/l", Bundle: "/cwd/rel dir", ID: "c2"}, false},
+		{"crun config", []string{"create", "-f", "/x.json", "--bundle", "/b", "c4"}, Invocation{Command: "create", Bundle: "/b", ID: "c4", Config: "/x.json"}, false},
 		{"default bundle", []string{"create", "c3"}, Invocation{Command: "create", Bundle: "/cwd", ID: "c3"}, false},
 		{"delete", []string{"--root", "/r", "delete", "--force", "c1"}, Invocation{Command: "delete"}, false},
 		{"version", []string{"--version"}, Invocation{}, false},

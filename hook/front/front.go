@@ -55,6 +55,9 @@ func (f *Front) Run(args []string) error {
 		return f.full(inv, args)
 	}
 	if inv.Command == "create" || inv.Command == "run" {
+		if inv.Config != "" {
+			return f.full(inv, args) // a spec outside the bundle: the wrapper refuses it
+		}
 		gpu, sure := f.gpuContainer(inv.Bundle)
 		if gpu || !sure {
 			return f.full(inv, args)

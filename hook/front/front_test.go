@@ -128,6 +128,9 @@ func TestFrontDecides(t *testing.T) {
 		{"GPU create", goodPolicy, gpu, func(b string) []string { return []string{"create", "--bundle", b, "c1"} }, true},
 		{"GPU run", goodPolicy, gpu, func(b string) []string { return []string{"run", "-b", b, "c1"} }, true},
 		{"bad GPU request", goodPolicy, bad, func(b string) []string { return []string{"create", "--bundle", b, "c1"} }, true},
+		{"crun --config", goodPolicy, plain, func(b string) []string {
+			return []string{"create", "--config", b + "/config.json", "--bundle", b, "c1"}
+		}, true},
 		{"delete", goodPolicy, plain, func(string) []string { return []string{"delete", "--force", "c1"} }, false},
 		{"unparseable args", goodPolicy, plain, func(string) []string { return []string{"create"} }, true},
 		{"missing bundle", goodPolicy, plain, func(b string) []string { return []string{"create", "--bundle", b + "/nope", "c1"} }, true},

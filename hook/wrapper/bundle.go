@@ -61,6 +61,26 @@ func openBundle(dir string) (*bundle, error) {
 
 func (b *bundle) Close() error { return b.root.Close() }
 
+// readSpecFile reads a spec named outside any bundle (crun's --config), bounded.
+func readSpecFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open spec: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("spec %s is not a regular file", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSpecSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read spec: %w", err)
+	}
+	if len(data) > maxSpecSize {
+		return nil, fmt.Errorf("spec %s is larger than %d bytes", path, maxSpecSize)
+	}
+	return data, nil
+}
+
 // writeFile replaces name inside the bundle atomically (temporary file, then rename), so a
 // crash never leaves a half-written config.json and a symlink at name is replaced, not
 // followed.

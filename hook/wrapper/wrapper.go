@@ -116,6 +116,9 @@ func (w *Wrapper) Run(ctx context.Context, args []string) error {
 	if inv.Command != "create" && inv.Command != "run" {
 		return w.passThrough(log, args)
 	}
+	if inv.Config != "" {
+		return w.externalSpec(log, args, inv)
+	}
 	b, err := openBundle(inv.Bundle)
 	if err != nil {
 		return w.fail(log, fmt.Errorf("muxflow-runtime: container %s: %w", inv.ID, err))
@@ -133,6 +136,24 @@ func (w *Wrapper) Run(ctx context.Context, args []string) error {
 		return w.passThrough(log, args)
 	}
 	return w.gpuContainer(ctx, log, args, inv, b, &s, gpus)
+}
+
+// externalSpec handles crun's --config: a spec outside the bundle. It is only read; a GPU
+// container is refused because wiring it would mean writing outside the bundle.
+func (w *Wrapper) externalSpec(log *slog.Logger, args []string, inv front.Invocation) error {
+	data, err := readSpecFile(inv.Config)
+	if err != nil {
+		return w.fail(log, fmt.Errorf("muxflow-runtime: container %s: %w", inv.ID, err))
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return w.fail(log, fmt.Errorf("muxflow-runtime: container %s: decode %s: %w", inv.ID, inv.Config, err))
+	}
+	gpus, err := gpucontainer.Detect(&s)
+	if err != nil || gpus != nil {
+		return w.fail(log, fmt.Errorf("muxflow: GPU container %s uses --config; muxflow wires only the bundle's config.json", inv.ID))
+	}
+	return w.passThrough(log, args)
 }
 
 // passThrough hands a command that muxflow has nothing to add to the real runtime. A broken

@@ -385,6 +385,21 @@ func TestHostileBundles(t *testing.T) {
 			t.Errorf("host file leaked into the container's preload: %q (err %v)", pre, err)
 		}
 	})
+	t.Run("spec outside the bundle", func(t *testing.T) {
+		e := newEnv(t)
+		gpu, gpuData := e.bundle("gpu", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil)
+		err := e.run("create", "--config", filepath.Join(gpu, "config.json"), "--bundle", gpu, "c1")
+		if err == nil || !strings.Contains(err.Error(), "uses --config") || len(e.execs) != 0 || len(e.muxd.registered) != 0 {
+			t.Fatalf("GPU spec via --config: err = %v, execs %v", err, e.execs)
+		}
+		if got, _ := os.ReadFile(filepath.Join(gpu, "config.json")); !bytes.Equal(got, gpuData) {
+			t.Error("spec changed")
+		}
+		plain, _ := e.bundle("plain", nil, nil)
+		if err := e.run("create", "--config", filepath.Join(plain, "config.json"), "--bundle", plain, "c2"); err != nil || len(e.execs) != 1 {
+			t.Fatalf("non-GPU spec via --config: err = %v, execs %v", err, e.execs)
+		}
+	})
 	t.Run("missing bundle", func(t *testing.T) {
 		e := newEnv(t)
 		if err := e.run("create", "--bundle", filepath.Join(e.dir, "none"), "c1"); err == nil {
