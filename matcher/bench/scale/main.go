@@ -34,7 +34,7 @@ func run(args []string) error {
 	k := fs.Int("k", 64, "candidates per job")
 	exactSizes := fs.String("exact-sizes", "2000,4096", "sizes where the exact dense optimum is computed for comparison")
 	reps := fs.Int("reps", 3, "timed repetitions at cluster scale (median reported)")
-	maxSeconds := fs.Float64("max-seconds", 2, "fail when the cluster-scale median exceeds this")
+	maxSeconds := fs.Float64("max-seconds", 2, "fail when the cluster-scale median CPU time exceeds this")
 	minRatio := fs.Float64("min-ratio", 0.995, "fail when top-k weight / exact optimum falls below this")
 	strict := fs.Bool("strict", false, "exit with an error when a target is missed (else only report it)")
 	if err := fs.Parse(args); err != nil {
@@ -128,7 +128,9 @@ func run(args []string) error {
 	if load := loadAverage(); load != "" {
 		fmt.Printf("load average during the run: %s (wall time on a shared machine; CPU time is the steadier figure)\n", load)
 	}
-	if med > *maxSeconds || m.Total/bound < *minRatio {
+	// CPU time decides, as in scipycompare: on a shared machine the wall
+	// clock measures the neighbours as much as the solver.
+	if median(cpus) > *maxSeconds || m.Total/bound < *minRatio {
 		failed = true
 	}
 
