@@ -350,7 +350,7 @@ func (s *Server) eligibleNodes(j plan.Job) map[string]bool {
 	}
 	for _, r := range *rp {
 		for _, g := range r.GPUs {
-			if g.Health == profile.Healthy && len(g.Offline) == 0 && mem <= g.MemoryFreeMiB &&
+			if g.Health == profile.Healthy && len(g.Offline) == 0 && g.MemoryKnown() && mem <= g.MemoryFreeMiB &&
 				(len(j.GPUTypes) == 0 || contains(j.GPUTypes, g.Type)) {
 				out[r.Node.Name] = true
 			}

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/muxflow/muxflow/matcher/plan"
+	"github.com/muxflow/muxflow/matcher/predict"
 	"github.com/muxflow/muxflow/matcher/profile"
+	"github.com/muxflow/muxflow/muxd/api"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -217,5 +219,40 @@ func TestServeEndToEnd(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("serve returned %v after cancel", err)
+	}
+}
+
+// TestReadsMuxdNodeReport decodes muxd's own GET /v1/node type: the matcher
+// must accept what muxd serves, extra node fields and GPUs whose memory
+// muxd could not read yet included.
+func TestReadsMuxdNodeReport(t *testing.T) {
+	rep := api.NodeReport{
+		Node: api.NodeInfo{Name: "gpu-a", Time: time.Now(), Hostname: "gpu-a.local", Version: "dev", GPUCount: 2, MPS: api.MPSInfo{State: "running"}},
+		GPUs: []profile.GPUReport{
+			sampleReport("gpu-a", "GPU-1").GPUs[0],
+			{UUID: "GPU-2", Index: 1, Type: "H200", Health: profile.Warning},
+		},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(rep) })
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	got, err := NodeSource{Endpoints: []string{ts.URL}}.Reports(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Node.Name != "gpu-a" || len(got[0].GPUs) != 2 {
+		t.Fatalf("reports %+v", got)
+	}
+	p, err := plan.NewPlanner(plan.Config{Predictor: predict.Analytic{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := p.Plan(got, []plan.Job{{ID: "b/j", Profile: profile.Profile{GPUUtil: 20, MemBWUtil: 5, MemoryMiB: 1000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Stats.EligibleGPUs != 1 || len(pl.Assignments) != 1 || pl.Assignments[0].GPU != "GPU-1" {
+		t.Errorf("plan %+v", pl)
 	}
 }

@@ -208,8 +208,9 @@ func (p *Planner) Plan(reports []profile.NodeReport, jobs []Job) (*Plan, error) 
 			for _, w := range g.Offline {
 				running[w.ID] = true
 			}
-			// One offline job per GPU: a GPU already sharing is not offered.
-			if g.Health != profile.Healthy || len(g.Offline) > 0 {
+			// One offline job per GPU: a GPU already sharing is not offered;
+			// nor one whose memory the node could not read.
+			if g.Health != profile.Healthy || len(g.Offline) > 0 || !g.MemoryKnown() {
 				continue
 			}
 			s := gpuSlot{node: r.Node.Name, gpu: g}

@@ -42,10 +42,12 @@ func job(id string, util, mem float64, types ...string) Job {
 func TestPlanConstraints(t *testing.T) {
 	sick := gpu("g-sick", "A100", 50000, prof(10))
 	sick.Health = profile.Unhealthy
+	unknown := gpu("g-unknown", "A100", 0, prof(10))
+	unknown.MemoryTotalMiB = 0
 	busy := gpu("g-busy", "A100", 50000, prof(10))
 	busy.Offline = []profile.Workload{{ID: "batch/running", Profile: *prof(50)}}
 	reports := []profile.NodeReport{
-		{Node: profile.NodeInfo{Name: "n1"}, GPUs: []profile.GPUReport{sick, busy, gpu("g-small", "A100", 4000, prof(20))}},
+		{Node: profile.NodeInfo{Name: "n1"}, GPUs: []profile.GPUReport{sick, busy, unknown, gpu("g-small", "A100", 4000, prof(20))}},
 		{Node: profile.NodeInfo{Name: "n2"}, GPUs: []profile.GPUReport{gpu("g-t4", "T4", 15000, prof(90)), gpu("g-big", "A100", 60000, prof(30))}},
 	}
 	jobs := []Job{
@@ -78,7 +80,7 @@ func TestPlanConstraints(t *testing.T) {
 			if pl.Unassigned["batch/huge"] != ReasonNoGPU {
 				t.Errorf("huge job: reason %q, want %q", pl.Unassigned["batch/huge"], ReasonNoGPU)
 			}
-			if pl.Stats.Jobs != 4 || pl.Stats.GPUs != 5 || pl.Stats.EligibleGPUs != 3 {
+			if pl.Stats.Jobs != 4 || pl.Stats.GPUs != 6 || pl.Stats.EligibleGPUs != 3 {
 				t.Errorf("stats %+v", pl.Stats)
 			}
 		})

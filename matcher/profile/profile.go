@@ -123,7 +123,9 @@ type GPUReport struct {
 	// Type is the GPU model as the cluster names it (e.g. "H200", "T4"); jobs
 	// may require one. Required.
 	Type string `json:"type"`
-	// MemoryTotalMiB and MemoryFreeMiB are the device memory totals. Required.
+	// MemoryTotalMiB and MemoryFreeMiB are the device memory totals. Both 0
+	// when the node could not read them yet (a GPU whose memory is unknown
+	// is not offered to offline work).
 	MemoryTotalMiB float64 `json:"memory_total_mib"`
 	MemoryFreeMiB  float64 `json:"memory_free_mib"`
 	// Health is SysMonitor's state for the GPU. Required.
@@ -134,6 +136,9 @@ type GPUReport struct {
 	Offline []Workload `json:"offline,omitempty"`
 }
 
+// MemoryKnown reports whether the node could read the GPU's memory.
+func (g GPUReport) MemoryKnown() bool { return g.MemoryTotalMiB > 0 }
+
 // Validate checks identity, memory figures and the workloads.
 func (g GPUReport) Validate() error {
 	if g.UUID == "" {
@@ -142,8 +147,8 @@ func (g GPUReport) Validate() error {
 	if g.Type == "" {
 		return fmt.Errorf("%w: gpu %s without type", ErrInvalid, g.UUID)
 	}
-	if !finite(g.MemoryTotalMiB) || g.MemoryTotalMiB <= 0 {
-		return fmt.Errorf("%w: gpu %s memory_total_mib %v must be positive", ErrInvalid, g.UUID, g.MemoryTotalMiB)
+	if !finite(g.MemoryTotalMiB) || g.MemoryTotalMiB < 0 {
+		return fmt.Errorf("%w: gpu %s memory_total_mib %v must not be negative", ErrInvalid, g.UUID, g.MemoryTotalMiB)
 	}
 	if !finite(g.MemoryFreeMiB) || g.MemoryFreeMiB < 0 || g.MemoryFreeMiB > g.MemoryTotalMiB {
 		return fmt.Errorf("%w: gpu %s memory_free_mib %v must be within [0, %v]", ErrInvalid, g.UUID, g.MemoryFreeMiB, g.MemoryTotalMiB)
