@@ -46,6 +46,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	jsonOut := fs.String("json", "", "also write the full reports (with samples) as JSON to this file")
 	logs := fs.String("logs", "", "keep each run's gpusimd and muxd logs under this directory")
 	verbose := fs.Bool("v", false, "log progress to stderr")
+	repeat := fs.Int("repeat", 1, "run every strategy this many times, in turn, and report medians")
 	// Flags may follow the scenario files: parse them in any order.
 	var files []string
 	rest := args[1:]
@@ -66,6 +67,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sts, err := ParseStrategies(*strategies)
 	if err != nil {
 		return err
+	}
+	if *repeat < 1 || *repeat > 20 {
+		return fmt.Errorf("--repeat %d must be in 1..20", *repeat)
 	}
 	if *duration < 0 {
 		return fmt.Errorf("--duration %v is negative", *duration)
@@ -106,7 +110,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer os.RemoveAll(d)
 			dir = d
 		}
-		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log}
+		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log, Repeat: *repeat}
 		rep, err := r.Run(ctx, sts)
 		if err != nil {
 			return fmt.Errorf("scenario %s: %w", s.Name, err)
@@ -175,10 +179,15 @@ func reportsJSON(reports []*Report) any {
 		Samples []sample
 		Window  float64 `json:"window_s"`
 	}
+	type pass struct {
+		OfflineAlone []float64
+		Results      []result
+	}
 	type report struct {
 		Scenario     *Scenario
 		OfflineAlone []float64
 		Results      []result
+		Passes       []pass
 		ElapsedS     float64
 	}
 	num := func(v float64) *float64 {
@@ -187,17 +196,30 @@ func reportsJSON(reports []*Report) any {
 		}
 		return &v
 	}
-	var out []report
-	for _, r := range reports {
-		rr := report{Scenario: r.Scenario, OfflineAlone: r.OfflineAlone, ElapsedS: r.Elapsed.Seconds()}
-		for _, x := range r.Results {
+	conv := func(rs []Result) []result {
+		var out []result
+		for _, x := range rs {
 			y := result{Result: x, Window: x.Window.Seconds()}
 			y.Result.Samples = nil
+			y.BusyPerRequest = 0
+			if b := num(x.BusyPerRequest); b != nil {
+				y.BusyPerRequest = *b
+			}
 			for _, s := range x.Samples {
 				y.Samples = append(y.Samples, sample{T: s.T.Seconds(), OnlineQPS: num(s.OnlineQPS), OnlineGPUms: num(s.OnlineGPUms),
 					Util: s.Util, SMActivity: s.SMActivity, OfflineShare: num(s.OfflineShare), OnlineDemand: num(s.OnlineDemand)})
 			}
-			rr.Results = append(rr.Results, y)
+			out = append(out, y)
+		}
+		return out
+	}
+	var out []report
+	for _, r := range reports {
+		rr := report{Scenario: r.Scenario, OfflineAlone: r.OfflineAlone, ElapsedS: r.Elapsed.Seconds(), Results: conv(r.Results)}
+		if len(r.Passes) > 1 {
+			for _, p := range r.Passes {
+				rr.Passes = append(rr.Passes, pass{OfflineAlone: p.OfflineAlone, Results: conv(p.Results)})
+			}
 		}
 		out = append(out, rr)
 	}

@@ -188,8 +188,7 @@ func testReport() *Report {
 			Util: 0.5, SMActivity: 0.2, OfflineShare: 80 - float64(5*i), OnlineDemand: float64(5 * i)})
 	}
 	samples[3].OnlineGPUms = nan
-	return &Report{
-		Scenario:     s,
+	r := &Report{Scenario: s, Passes: []Pass{{
 		OfflineAlone: []float64{100},
 		Results: []Result{
 			{Strategy: OnlineAlone, GPUP50: 1, GPUP99: 2, BusyPerRequest: 1, Util: 0.2, SMActivity: 0.05, Samples: samples},
@@ -197,6 +196,41 @@ func testReport() *Report {
 			{Strategy: Muxflow, GPUP50: 1.1, GPUP99: 2.2, BusyPerRequest: 1.05, OfflineItPerS: []float64{60}, OfflineNorm: 0.6,
 				Util: 0.7, SMActivity: 0.4, Errors: 1, Evictions: 2, Samples: samples, Notes: []string{"something odd"}},
 		},
+	}}}
+	r.aggregate()
+	return r
+}
+
+func TestAggregate(t *testing.T) {
+	// Three passes: medians of figures, paired ratios, summed errors.
+	r := &Report{}
+	for _, k := range []float64{1, 3, 2} {
+		r.Passes = append(r.Passes, Pass{OfflineAlone: []float64{100 * k}, Results: []Result{
+			{Strategy: OnlineAlone, GPUP99: k, Util: 0.1 * k, BusyPerRequest: 1},
+			{Strategy: PriorityTimeSharing, Skipped: "no"},
+			{Strategy: Muxflow, GPUP99: 1.1 * k, Util: 0.5 * k, BusyPerRequest: 1, OfflineItPerS: []float64{60 * k}, OfflineNorm: 0.6,
+				Errors: 1, Samples: []Sample{{T: time.Duration(k)}}},
+		}})
+	}
+	r.aggregate()
+	mux, _ := r.Result(Muxflow)
+	if mux.GPUP99 != 2.2 || mux.Errors != 3 || mux.OfflineItPerS[0] != 120 || r.OfflineAlone[0] != 200 || mux.Samples[0].T != 2 {
+		t.Errorf("aggregate: %+v, alone %v", mux, r.OfflineAlone)
+	}
+	if p, _ := r.Result(PriorityTimeSharing); p.Skipped == "" {
+		t.Error("a skipped strategy lost its reason")
+	}
+	if got := r.ratio(Muxflow, func(x Result) float64 { return x.GPUP99 }); math.Abs(got-1.1) > 1e-9 {
+		t.Errorf("paired p99 ratio = %v, want 1.1", got)
+	}
+	if got := r.ratio(Muxflow, func(x Result) float64 { return x.Util }); math.Abs(got-5) > 1e-9 {
+		t.Errorf("paired util ratio = %v, want 5", got)
+	}
+	if got := r.ratio(PlainMPS, func(x Result) float64 { return x.Util }); !math.IsNaN(got) {
+		t.Errorf("ratio of a strategy that did not run = %v", got)
+	}
+	if got := median([]float64{4, 1, 3, 2}, func(x float64) float64 { return x }); got != 2.5 {
+		t.Errorf("median = %v", got)
 	}
 }
 
@@ -282,6 +316,7 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"run", filepath.Join(dir, "missing.toml")}, "read scenario"},
 		{[]string{"run", "../scenarios/diurnal.toml", "--duration", "-1s"}, "negative"},
 		{[]string{"run", "--nope"}, "not defined"},
+		{[]string{"run", "--repeat", "0", "../scenarios/diurnal.toml"}, "--repeat"},
 	} {
 		var out, errb bytes.Buffer
 		err := Run(context.Background(), tc.args, &out, &errb)

@@ -175,7 +175,8 @@ func drawPanel(img *image.RGBA, p Panel, area image.Rectangle, tmax time.Duratio
 				}
 			}
 		}
-		ymax = niceCeil(ymax * 1.1)
+		// Four grid steps of a round size.
+		ymax = 4 * niceStep(ymax*1.05/4)
 	}
 	text(img, area.Min.X, area.Min.Y-6, p.Title+" ("+p.YLabel+")", colAxis)
 	// Grid and axis labels.
@@ -220,6 +221,20 @@ func drawPanel(img *image.RGBA, p Panel, area image.Rectangle, tmax time.Duratio
 		line(img, area.Max.X+12, ly-4, area.Max.X+32, ly-4, s.Color, s.Dashed)
 		text(img, area.Max.X+38, ly, s.Name, colAxis)
 	}
+}
+
+// niceStep rounds up to 1, 2, 2.5 or 5 times a power of ten.
+func niceStep(v float64) float64 {
+	if v <= 0 || math.IsNaN(v) {
+		return 0.25
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if v <= m*p*(1+1e-9) {
+			return m * p
+		}
+	}
+	return 10 * p
 }
 
 // niceCeil rounds up to 1, 2 or 5 times a power of ten.

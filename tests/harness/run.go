@@ -123,14 +123,22 @@ type Sample struct {
 }
 
 // Report is an experiment: the scenario, the offline baselines and one result per
-// strategy.
+// strategy (medians over the passes when it was repeated).
 type Report struct {
 	Scenario *Scenario
 	// OfflineAlone is each offline job's it/s with the GPU to itself.
 	OfflineAlone []float64
 	Results      []Result
-	Started      time.Time
-	Elapsed      time.Duration
+	// Passes are the individual runs; ratios to online-alone are taken within a pass.
+	Passes  []Pass
+	Started time.Time
+	Elapsed time.Duration
+}
+
+// Pass is one run of every strategy.
+type Pass struct {
+	OfflineAlone []float64
+	Results      []Result
 }
 
 // Result returns the strategy's result, if it was run.
@@ -155,6 +163,9 @@ type Runner struct {
 	Progress func(what string)
 	// NoOfflineBaseline skips running the offline jobs alone (offline norm. shows "-").
 	NoOfflineBaseline bool
+	// Repeat runs every strategy this many times (in turn, so that this machine's load
+	// weighs on all alike) and reports medians; 0 means once.
+	Repeat int
 }
 
 // Run measures the offline baselines (when a shared strategy is asked for) and each
@@ -171,30 +182,54 @@ func (r *Runner) Run(ctx context.Context, strategies []Strategy) (*Report, error
 		r.Dir = d
 	}
 	rep := &Report{Scenario: r.Scenario, Started: time.Now()}
+	n := max(1, r.Repeat)
+	for k := range n {
+		dir := r.Dir
+		if n > 1 {
+			dir = filepath.Join(r.Dir, fmt.Sprintf("pass-%d", k+1))
+		}
+		p, err := r.pass(ctx, strategies, dir, k+1, n)
+		if err != nil {
+			return nil, err
+		}
+		rep.Passes = append(rep.Passes, p)
+	}
+	rep.aggregate()
+	rep.Elapsed = time.Since(rep.Started)
+	return rep, nil
+}
+
+// pass runs the offline baselines (when a shared strategy is asked for) and each
+// strategy once.
+func (r *Runner) pass(ctx context.Context, strategies []Strategy, dir string, k, n int) (Pass, error) {
+	var p Pass
+	tag := ""
+	if n > 1 {
+		tag = fmt.Sprintf(" (pass %d of %d)", k, n)
+	}
 	shared := slices.ContainsFunc(strategies, func(s Strategy) bool { return s != OnlineAlone })
 	if shared && !r.NoOfflineBaseline {
 		for i, j := range r.Scenario.Offline {
-			r.progress(fmt.Sprintf("offline %s alone (baseline)", j.Name))
-			v, err := r.offlineAlone(ctx, i)
+			r.progress(fmt.Sprintf("offline %s alone (baseline)%s", j.Name, tag))
+			v, err := r.offlineAlone(ctx, i, dir)
 			if err != nil {
-				return nil, fmt.Errorf("offline baseline of %s: %w", j.Name, err)
+				return p, fmt.Errorf("offline baseline of %s: %w", j.Name, err)
 			}
-			rep.OfflineAlone = append(rep.OfflineAlone, v)
+			p.OfflineAlone = append(p.OfflineAlone, v)
 		}
 	}
 	for _, s := range Strategies {
 		if !slices.Contains(strategies, s) {
 			continue
 		}
-		r.progress(string(s))
-		res, err := r.runStrategy(ctx, s, rep.OfflineAlone)
+		r.progress(string(s) + tag)
+		res, err := r.runStrategy(ctx, s, p.OfflineAlone, dir)
 		if err != nil {
-			return nil, fmt.Errorf("strategy %s: %w", s, err)
+			return p, fmt.Errorf("strategy %s: %w", s, err)
 		}
-		rep.Results = append(rep.Results, res)
+		p.Results = append(p.Results, res)
 	}
-	rep.Elapsed = time.Since(rep.Started)
-	return rep, nil
+	return p, nil
 }
 
 func (r *Runner) progress(what string) {
@@ -206,10 +241,10 @@ func (r *Runner) progress(what string) {
 
 // offlineAlone runs offline job i alone and returns its it/s over a window that starts
 // once it is launching.
-func (r *Runner) offlineAlone(ctx context.Context, i int) (float64, error) {
+func (r *Runner) offlineAlone(ctx context.Context, i int, dir string) (float64, error) {
 	s := r.Scenario
 	j := s.Offline[i]
-	n, err := startNode(ctx, s, modeAlone, r.Artifacts, filepath.Join(r.Dir, "offline-alone-"+j.Name), "", r.Log)
+	n, err := startNode(ctx, s, modeAlone, r.Artifacts, filepath.Join(dir, "offline-alone-"+j.Name), "", r.Log)
 	if err != nil {
 		return 0, err
 	}
@@ -333,7 +368,7 @@ func modeOf(s Strategy) mode {
 
 // runStrategy runs the online service (and, except alone, the offline jobs) under one
 // strategy and measures the window in which the online service ran.
-func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64) (Result, error) {
+func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, dir string) (Result, error) {
 	res := Result{Strategy: st}
 	if st == PriorityTimeSharing && !r.Artifacts.PrioritySupported() {
 		res.Skipped = "gpusim's fake driver does not read " + PriorityEnv + " (the time-slice scheduler cannot favour a context yet)"
@@ -344,7 +379,7 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64) 
 	if st == StaticShare || st == Muxflow {
 		alloc = allocSection(s, st == StaticShare)
 	}
-	n, err := startNode(ctx, s, modeOf(st), r.Artifacts, filepath.Join(r.Dir, string(st)), alloc, r.Log)
+	n, err := startNode(ctx, s, modeOf(st), r.Artifacts, filepath.Join(dir, string(st)), alloc, r.Log)
 	if err != nil {
 		return res, err
 	}

@@ -15,29 +15,30 @@ type Row []string
 // tableHeader names the columns; p50/p99 are the online service's GPU-side latencies.
 var tableHeader = Row{"strategy", "p50 ms", "p99 ms", "p99 ÷ alone", "busy ÷ alone", "offline norm.", "GPU util", "util ÷ alone", "SM activity", "errors", "evictions"}
 
-// Rows formats the report's results; ratios are against online-alone when it ran.
+// Rows formats the report's results; ratios are against online-alone, taken within
+// each pass (medians over passes when repeated).
 func (r *Report) Rows() []Row {
-	base, haveBase := r.Result(OnlineAlone)
 	var rows []Row
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	ratio := func(st Strategy, g func(Result) float64) string {
+		v := r.ratio(st, g)
+		if math.IsNaN(v) {
+			return "-"
+		}
+		return f(v, 2) + "×"
+	}
 	for _, x := range r.Results {
 		if x.Skipped != "" {
 			rows = append(rows, Row{string(x.Strategy), "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"})
 			continue
 		}
-		row := Row{string(x.Strategy), f(x.GPUP50, 2), f(x.GPUP99, 2), "-", "-", "-",
-			f(100*x.Util, 0) + "%", "-", f(x.SMActivity, 2), strconv.Itoa(x.Errors), strconv.Itoa(x.Evictions)}
-		if haveBase && base.GPUP99 > 0 {
-			row[3] = f(x.GPUP99/base.GPUP99, 2) + "×"
-		}
-		if haveBase && base.BusyPerRequest > 0 && !math.IsNaN(x.BusyPerRequest) {
-			row[4] = f(x.BusyPerRequest/base.BusyPerRequest, 2) + "×"
-		}
+		row := Row{string(x.Strategy), f(x.GPUP50, 2), f(x.GPUP99, 2),
+			ratio(x.Strategy, func(y Result) float64 { return y.GPUP99 }),
+			ratio(x.Strategy, func(y Result) float64 { return y.BusyPerRequest }), "-",
+			f(100*x.Util, 0) + "%", ratio(x.Strategy, func(y Result) float64 { return y.Util }),
+			f(x.SMActivity, 2), strconv.Itoa(x.Errors), strconv.Itoa(x.Evictions)}
 		if len(x.OfflineItPerS) > 0 && len(r.OfflineAlone) == len(x.OfflineItPerS) {
 			row[5] = f(x.OfflineNorm, 2)
-		}
-		if haveBase && base.Util > 0 {
-			row[7] = f(x.Util/base.Util, 2) + "×"
 		}
 		rows = append(rows, row)
 	}
@@ -116,6 +117,9 @@ func (r *Report) writeLegend(w io.Writer, bullet string) {
 		for _, n := range x.Notes {
 			fmt.Fprintf(w, "%s%s: %s\n", bullet, x.Strategy, n)
 		}
+	}
+	if len(r.Passes) > 1 {
+		fmt.Fprintf(w, "%smedians of %d passes (ratios: median of each pass's ratio to its own online-alone run); errors and evictions: totals\n", bullet, len(r.Passes))
 	}
 	fmt.Fprintf(w, "%sall runs took %v\n", bullet, r.Elapsed.Round(time.Second))
 }
