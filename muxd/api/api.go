@@ -20,7 +20,7 @@ package api
 import (
 	"errors"
 	"fmt"
-	"regexp"
+	"strings"
 	"time"
 
 	"github.com/muxflow/muxflow/matcher/profile"
@@ -204,7 +204,52 @@ type Error struct {
 // MaxIDLen bounds container ids; containerd and runc ids are far shorter in practice.
 const MaxIDLen = 128
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+// The validators below are written out rather than as regexps: the OCI hook links this
+// package, and compiling regexps at start-up is a measurable part of every container start.
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// validIDChars: a letter or digit, then letters, digits, '_', '.', '-'.
+func validIDChars(id string) bool {
+	if id == "" || !isAlnum(id[0]) {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validGPU accepts "all", an index of 1-3 digits, GPU-<8..64 hex or '-'>, or
+// MIG-<1..80 letters, digits, '/' or '-'>.
+func validGPU(g string) bool {
+	all := func(s string, min, max int, ok func(byte) bool) bool {
+		if len(s) < min || len(s) > max {
+			return false
+		}
+		for i := 0; i < len(s); i++ {
+			if !ok(s[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case g == "all":
+		return true
+	case strings.HasPrefix(g, "GPU-"):
+		return all(g[4:], 8, 64, func(c byte) bool { return isHex(c) || c == '-' })
+	case strings.HasPrefix(g, "MIG-"):
+		return all(g[4:], 1, 80, func(c byte) bool { return isAlnum(c) || c == '/' || c == '-' })
+	}
+	return all(g, 1, 3, func(c byte) bool { return c >= '0' && c <= '9' })
+}
 
 // ErrInvalid classifies request validation failures (HTTP 400).
 var ErrInvalid = errors.New("invalid request")
@@ -217,13 +262,11 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: container id is empty", ErrInvalid)
 	case len(id) > MaxIDLen:
 		return fmt.Errorf("%w: container id is %d bytes long, more than %d", ErrInvalid, len(id), MaxIDLen)
-	case !idPattern.MatchString(id):
+	case !validIDChars(id):
 		return fmt.Errorf("%w: container id %q may hold only letters, digits, '_', '.' and '-', starting with a letter or digit", ErrInvalid, id)
 	}
 	return nil
 }
-
-var gpuPattern = regexp.MustCompile(`^(all|[0-9]{1,3}|GPU-[0-9a-fA-F-]{8,64}|MIG-[0-9a-zA-Z/-]{1,80})$`)
 
 // Validate checks a registration before anything is stored.
 func (r *RegisterRequest) Validate() error {
@@ -240,7 +283,7 @@ func (r *RegisterRequest) Validate() error {
 		return fmt.Errorf("%w: gpus lists %d devices, more than 64", ErrInvalid, len(r.GPUs))
 	}
 	for _, g := range r.GPUs {
-		if !gpuPattern.MatchString(g) {
+		if !validGPU(g) {
 			return fmt.Errorf("%w: gpu %q is not an index, a GPU-/MIG- UUID or \"all\"", ErrInvalid, truncate(g))
 		}
 	}

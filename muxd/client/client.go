@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 )
 
@@ -150,10 +149,11 @@ func (c *Client) Unregister(ctx context.Context, id string) error {
 	return err
 }
 
-// Events returns the GPU monitor's log of health transitions and faults.
-func (c *Client) Events(ctx context.Context) ([]monitor.Event, error) {
-	var ev []monitor.Event
-	return ev, c.do(ctx, http.MethodGet, "/events", nil, &ev)
+// Events decodes the GPU monitor's log of health transitions and faults into out
+// (a *[]monitor.Event). It takes the destination so that this client, which the OCI
+// hook links, does not pull in the monitor and its metrics libraries.
+func (c *Client) Events(ctx context.Context, out any) error {
+	return c.do(ctx, http.MethodGet, "/events", nil, out)
 }
 
 // Policy returns the policy in force.

@@ -201,8 +201,8 @@ func events(ctx context.Context, c *client.Client, args []string, stdout, stderr
 	if err != nil {
 		return err
 	}
-	ev, err := c.Events(ctx)
-	if err != nil {
+	var ev []monitor.Event
+	if err := c.Events(ctx, &ev); err != nil {
 		return err
 	}
 	if asJSON {

@@ -19,6 +19,7 @@ import (
 	"github.com/muxflow/muxflow/gpusim/simclient"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/matcher/profile"
+	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
 	"github.com/muxflow/muxflow/tests/testenv"
@@ -247,7 +248,8 @@ func TestPowerCapThrottlesOffline(t *testing.T) {
 	}
 	n.waitFor("GPU throttled", 10*time.Second, func() bool { return n.gpu().Health == "throttled" })
 	n.waitFor("offline cut to its floor", 2*time.Second, func() bool { s, _ := n.share(tr); return s <= 5 })
-	ev, err := n.client.Events(ctx)
+	var ev []monitor.Event
+	err := n.client.Events(ctx, &ev)
 	if err != nil || len(ev) == 0 || !strings.Contains(fmt.Sprint(ev[len(ev)-1].Reason), "clock") {
 		t.Errorf("the transition is not explained by the clock: %+v %v", ev, err)
 	}
@@ -277,7 +279,8 @@ func TestXidFaultEvictsOfflineKeepsOnline(t *testing.T) {
 	if !on.running() {
 		t.Errorf("online process died: %s", on.out.String())
 	}
-	ev, _ := n.client.Events(ctx)
+	var ev []monitor.Event
+	n.client.Events(ctx, &ev)
 	var kinds []string
 	for _, e := range ev {
 		kinds = append(kinds, string(e.Kind)+":"+string(e.To))
