@@ -324,6 +324,7 @@ func runServe(ctx context.Context, args []string) error {
 	jobs := fs.String("jobs", "", "JSON file of offline jobs to plan besides the pods the extender sees")
 	interval := fs.Duration("interval", 10*time.Second, "planning interval")
 	wait := fs.Bool("wait-for-plan", true, "hold unplanned offline pods instead of letting them land anywhere")
+	record := fs.String("record", "", "append the co-locations nodes report to this training CSV (for muxmatch train)")
 	cfgf := plannerFlags(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -346,6 +347,12 @@ func runServe(ctx context.Context, args []string) error {
 	if *nodes != "" {
 		src = NodeSource{Endpoints: strings.Split(*nodes, ",")}
 	}
+	var rec *recorder
+	if *record != "" {
+		if rec, err = newRecorder(*record); err != nil {
+			return err
+		}
+	}
 	log := slog.Default()
 	srv := extender.NewServer(log)
 	srv.WaitForPlan = *wait
@@ -354,6 +361,13 @@ func runServe(ctx context.Context, args []string) error {
 		if err != nil {
 			log.Error("planning round skipped", "err", err)
 			return
+		}
+		if rec != nil {
+			if n, err := rec.add(rs); err != nil {
+				log.Error("recording co-locations", "err", err)
+			} else if n > 0 {
+				log.Info("recorded co-locations", "new", n, "file", *record)
+			}
 		}
 		js := srv.PendingJobs(time.Now())
 		if *jobs != "" {

@@ -256,3 +256,43 @@ func TestReadsMuxdNodeReport(t *testing.T) {
 		t.Errorf("plan %+v", pl)
 	}
 }
+
+func TestRecorderAppendsEachColocationOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "colocations.csv")
+	c1 := profile.Colocation{A: profile.Profile{Name: "a", GPUUtil: 50, MemBWUtil: 10, MemoryMiB: 100}, B: profile.Profile{Name: "b", GPUUtil: 20, MemBWUtil: 5, MemoryMiB: 100}, ANormTput: 0.8, BNormTput: 0.9}
+	c2 := c1
+	c2.ANormTput = 0.7
+	rep := sampleReport("n1", "GPU-1")
+	rep.Colocations = []profile.Colocation{c1}
+	r, err := newRecorder(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round, want := range []int{1, 0} {
+		n, err := r.add([]profile.NodeReport{rep})
+		if err != nil || n != want {
+			t.Fatalf("round %d: wrote %d (%v), want %d", round, n, err, want)
+		}
+	}
+	// A restarted recorder knows what the file holds.
+	r, err = newRecorder(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Colocations = append(rep.Colocations, c2)
+	if n, err := r.add([]profile.NodeReport{rep}); err != nil || n != 1 {
+		t.Fatalf("after restart: wrote %d (%v), want 1", n, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := profile.ReadCSV(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].ANormTput != 0.8 || recs[1].ANormTput != 0.7 {
+		t.Errorf("file holds %+v", recs)
+	}
+}

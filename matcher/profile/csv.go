@@ -20,11 +20,23 @@ var CSVHeader = []string{
 	"a_norm_tput", "b_norm_tput", "gpu_type",
 }
 
-// WriteCSV writes records in the CSVHeader format.
+// WriteCSV writes records in the CSVHeader format, header first.
 func WriteCSV(w io.Writer, recs []Colocation) error {
+	return writeCSV(w, recs, true)
+}
+
+// WriteCSVRows writes records without the header, to append to a file that
+// has one.
+func WriteCSVRows(w io.Writer, recs []Colocation) error {
+	return writeCSV(w, recs, false)
+}
+
+func writeCSV(w io.Writer, recs []Colocation, header bool) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write(CSVHeader); err != nil {
-		return fmt.Errorf("write csv header: %w", err)
+	if header {
+		if err := cw.Write(CSVHeader); err != nil {
+			return fmt.Errorf("write csv header: %w", err)
+		}
 	}
 	for i, c := range recs {
 		row := append(profileFields(c.A), profileFields(c.B)...)
