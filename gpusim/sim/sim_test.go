@@ -349,16 +349,29 @@ func TestPowerCapLowersClock(t *testing.T) {
 		t.Error("power limit below idle accepted")
 	}
 	p := newProc(t, s, 1, 0, 0)
-	for i := 0; i < 30; i++ {
+	p.c.CreateEvent(1, 900)
+	p.c.CreateEvent(1, 901)
+	p.c.RecordEvent(900, p.st)
+	for i := 0; i < 10; i++ {
 		p.c.Launch(p.st, 10, [3]uint32{132 * 8, 1, 1}, [3]uint32{256, 1, 1})
 	}
-	time.Sleep(5 * time.Millisecond)
+	p.c.RecordEvent(901, p.st)
+	time.Sleep(3 * time.Millisecond)
 	st, _ := s.Stats(0)
 	if st.ClockReasons&ReasonSwPowerCap == 0 || st.SMClockMHz >= st.MaxSMClockMHz || st.PowerW > 400.5 {
 		t.Errorf("under a 400W cap at full load: clock %d/%d MHz, reasons %#x, power %.0fW",
 			st.SMClockMHz, st.MaxSMClockMHz, st.ClockReasons, st.PowerW)
 	}
 	p.sync(t)
+	// the clock factor is (400-70)/(665-70): kernels take 1/0.555 as long
+	ms, _ := p.c.ElapsedMs(900, 901)
+	if want := 10 * (665.0 - 70) / (400 - 70); math.Abs(float64(ms)-want) > 0.03*want {
+		t.Errorf("10 x 1ms kernels under the cap took %.2fms, want %.2fms", ms, want)
+	}
+	st, _ = s.Stats(0)
+	if st.ClockReasons != ReasonGpuIdle || st.SMClockMHz != st.MaxSMClockMHz {
+		t.Errorf("idle again: reasons %#x, clock %d", st.ClockReasons, st.SMClockMHz)
+	}
 }
 
 // BenchmarkModelLaunch is the simulator's cost per launched kernel, in
