@@ -392,6 +392,9 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 	g := &assign.Candidates{Rows: len(jobs), Cols: len(slots), Start: make([]int, 1, len(jobs)+1)}
 	order := make([]int, len(groups))
 	gw := make([]float64, len(groups))
+	// stamp[c] == i+1 marks slot c as already in job i's list: with fewer
+	// GPUs than k, sampling points land on the same members twice.
+	stamp := make([]int, len(slots))
 	for i, j := range jobs {
 		for gi, gr := range groups {
 			gw[gi] = math.Inf(-1)
@@ -443,7 +446,8 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 				for try := 0; try < len(gr.slots) && try < 8; try++ {
 					c := gr.slots[gr.cursor%len(gr.slots)]
 					gr.cursor++
-					if fits(j, slots[c].gpu) {
+					if stamp[c] != i+1 && fits(j, slots[c].gpu) {
+						stamp[c] = i + 1
 						g.Col = append(g.Col, int32(c))
 						g.Weight = append(g.Weight, gw[order[gi]])
 						n++

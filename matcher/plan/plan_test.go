@@ -213,3 +213,24 @@ func TestPlanEmpty(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestTopKListsHaveNoDuplicates(t *testing.T) {
+	// Fewer GPUs than k: every list must still name each GPU at most once.
+	reports, jobs := randomCluster(rand.New(rand.NewPCG(5, 6)), 10, 30)
+	p, _ := NewPlanner(Config{Predictor: rule{}, Mode: TopK, K: 64})
+	pl, err := p.Plan(reports, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Stats.Edges > len(jobs)*pl.Stats.EligibleGPUs {
+		t.Errorf("%d candidate edges for %d jobs × %d GPUs: lists repeat GPUs", pl.Stats.Edges, len(jobs), pl.Stats.EligibleGPUs)
+	}
+	ex, _ := NewPlanner(Config{Predictor: rule{}, Mode: Exact})
+	want, err := ex.Plan(reports, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(pl.Stats.TotalWeight-want.Stats.TotalWeight) > 1e-9 {
+		t.Errorf("top-k weight %v, exact %v: with every GPU listed they must agree", pl.Stats.TotalWeight, want.Stats.TotalWeight)
+	}
+}
