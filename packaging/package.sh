@@ -53,8 +53,8 @@ done
 
 # Man pages: muxd, muxctl and muxmatch from their own --help; the runtime prints runc's
 # help and the hook has none, so theirs are written by hand.
-sh "$ROOT/packaging/genman.sh" "$STAGE/bin/muxd" 8 "the muxflow node daemon" "$STAGE/man/muxd.8"
-sh "$ROOT/packaging/genman.sh" "$STAGE/bin/muxctl" 1 "operate a muxflow node" "$STAGE/man/muxctl.1"
+sh "$ROOT/packaging/genman.sh" "$STAGE/bin/muxd" 8 "the muxflow node daemon" "$STAGE/man/muxd.8" node
+sh "$ROOT/packaging/genman.sh" "$STAGE/bin/muxctl" 1 "operate a muxflow node" "$STAGE/man/muxctl.1" node
 sh "$ROOT/packaging/genman.sh" "$STAGE/bin/muxmatch" 1 "pair offline jobs with online GPUs across a cluster" "$STAGE/man/muxmatch.1"
 cp "$ROOT/packaging/man/muxflow-runtime.8" "$ROOT/packaging/man/muxflow-hook.8" "$STAGE/man/"
 # -n: no name or time stamp inside, so the same input gives the same package.

@@ -242,7 +242,10 @@ ok "installed muxd --version ('$(/usr/bin/muxd --version 2>&1)') and muxctl poli
 
 # Enabled for the next boot even without a running systemd; the socket stays optional.
 link=/etc/systemd/system/multi-user.target.wants/muxd.service
-[ "$(readlink "$link" 2>/dev/null)" = /usr/lib/systemd/system/muxd.service ] || fail "muxd.service is not enabled ($link missing)"
+# The link may name /lib/systemd/system (deb-systemd-helper's path; the same file on
+# merged-/usr systems).
+[ -L "$link" ] && [ "$(readlink -f "$link")" = "$(readlink -f /usr/lib/systemd/system/muxd.service)" ] ||
+	fail "muxd.service is not enabled ($link missing or pointing elsewhere: $(readlink "$link" 2>&1))"
 [ ! -e /etc/systemd/system/sockets.target.wants/muxd.socket ] || fail "muxd.socket was enabled; it is optional"
 if ! systemd-analyze verify /usr/lib/systemd/system/muxd.service /usr/lib/systemd/system/muxd.socket >"$T/verify.out" 2>&1 ||
 	[ -s "$T/verify.out" ]; then
@@ -294,7 +297,7 @@ ok "dpkg -P leaves no file, directory, unit link or helper record"
 # --- rpm: upgrade keeps the policy, erase removes the rest (scratch root) ----------------
 
 R=$T/rpmroot
-rpmx() { rpm --root "$R" --dbpath /rpmdb "$@" 2> >(grep -v -e 'Alien' -e 'assuming you know' >&2); }
+rpmx() { rpm --root "$R" --dbpath /rpmdb "$@" 2> >(grep -v -e 'Alien' -e 'assuming you know' -e 'saved as .*rpmsave' >&2); }
 mkdir -p "$R"
 rpmx -i --nodeps --noscripts "$RPM1" || fail "rpm -i $(basename "$RPM1") into a scratch root failed"
 [ -x "$R/usr/bin/muxd" ] && [ -f "$R/etc/muxflow/policy.toml" ] || fail "rpm -i did not install the files"
