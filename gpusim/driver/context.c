@@ -116,6 +116,20 @@ static double env_atp(void)
 	return d;
 }
 
+/* env_priority: GPUSIM_PRIORITY=high|normal|low, read at context creation
+ * (not a CUDA variable: the simulator's priority time-sharing baseline) */
+static int32_t env_priority(void)
+{
+	const char *v = getenv("GPUSIM_PRIORITY");
+	if (v == NULL)
+		return 0;
+	if (strcmp(v, "high") == 0)
+		return 1;
+	if (strcmp(v, "low") == 0)
+		return -1;
+	return 0;
+}
+
 static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, double atp_req)
 {
 	CUresult r = gs_init();
@@ -156,6 +170,7 @@ static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, dou
 			m.atp = atp_req;
 		m.mem_limit = env_mem_limit(sim);
 	}
+	m.priority = env_priority();
 	gs_hdr_fill(&m.h, GS_CTX_CREATE, sizeof m);
 	struct gs_ctx_create_reply rep;
 	r = gs_call(&m, sizeof m, &rep, sizeof rep);

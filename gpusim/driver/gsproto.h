@@ -94,6 +94,8 @@ struct gs_ctx_create {
 	uint32_t ctx, dev, default_stream, mps_pid;
 	double atp;         /* requested active thread percentage, 0 = none */
 	uint64_t mem_limit; /* requested pinned memory limit, 0 = none */
+	int32_t priority;   /* time-slicing priority: 1 high, 0 normal, -1 low */
+	uint32_t pad;
 };
 struct gs_ctx_create_reply {
 	struct gs_reply r;

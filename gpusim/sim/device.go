@@ -133,6 +133,34 @@ func (d *Device) detach(x *Context) {
 	d.dirty = true
 }
 
+// prio is the group's time-slicing priority: its highest context's.
+func (g *group) prio() int {
+	p := -1 << 30
+	for _, x := range g.ctxs {
+		p = max(p, x.priority)
+	}
+	return p
+}
+
+// contenders are the groups with kernels to run at the highest priority
+// present: only they share the GPU (time slicing); lower ones wait.
+func (d *Device) contenders() []*group {
+	var out []*group
+	top := -1 << 30
+	for _, g := range d.groups {
+		if !g.hasKernelWork() {
+			continue
+		}
+		switch p := g.prio(); {
+		case p > top:
+			top, out = p, append(out[:0], g)
+		case p == top:
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 // hasKernelWork: a group has a kernel at the head of some stream.
 func (g *group) hasKernelWork() bool {
 	for _, x := range g.ctxs {
@@ -239,13 +267,9 @@ func (d *Device) pop(st *Stream) {
 // SMs and rate; lock held.
 func (d *Device) schedule() {
 	d.dirty = false
-	// time slicing between groups that have kernels to run
-	var withWork []*group
-	for _, g := range d.groups {
-		if g.hasKernelWork() {
-			withWork = append(withWork, g)
-		}
-	}
+	// time slicing between the groups that have kernels to run (at the top
+	// priority present; a higher-priority arrival preempts at once)
+	withWork := d.contenders()
 	activeHasWork := false
 	for _, g := range withWork {
 		if g == d.active {
@@ -516,13 +540,7 @@ func (d *Device) completeDue() {
 		}
 	}
 	if d.sliceSet && !d.hung && d.t >= d.sliceEnd {
-		var withWork []*group
-		for _, g := range d.groups {
-			if g.hasKernelWork() {
-				withWork = append(withWork, g)
-			}
-		}
-		d.switchTo(d.nextGroup(withWork))
+		d.switchTo(d.nextGroup(d.contenders()))
 		d.dirty = true
 	}
 }

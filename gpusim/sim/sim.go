@@ -174,6 +174,7 @@ type Context struct {
 	streams  map[uint32]*Stream
 	slist    []*Stream // the same streams, for the scheduler's loops
 	held     float64   // scratch: SMs its kernels hold (schedule)
+	priority int       // time-slicing priority (higher runs first)
 	err      Result    // sticky error
 	grp      *group
 	syncs    []*ctxSync
@@ -306,6 +307,27 @@ func (c *Client) CreateContext(id uint32, dev int, defaultStream uint32, mpsPID 
 	x.streams[defaultStream] = st
 	x.slist = append(x.slist, st)
 	c.streams[defaultStream] = st
+	return Success
+}
+
+// SetPriority sets a context's time-slicing priority (-1 low, 0 normal,
+// 1 high). While a higher-priority group has kernels, lower ones do not run;
+// groups of equal priority time-slice. This models the priority time-sharing
+// baseline; the simulator still does not know what the work is.
+func (c *Client) SetPriority(ctx uint32, prio int) Result {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	x, r := c.context(ctx)
+	if r != Success {
+		return r
+	}
+	if prio < -1 || prio > 1 {
+		return ErrInvalidValue
+	}
+	x.dev.advance(c.s.nowNs())
+	x.priority = prio
+	x.dev.dirty = true
+	x.dev.kick()
 	return Success
 }
 

@@ -428,3 +428,27 @@ func TestNewcomerWaitsForBlocksUnlessSMsAreFree(t *testing.T) {
 		})
 	}
 }
+
+func TestPriorityPreemptsWithoutMPS(t *testing.T) {
+	s := newTestSim(t, "h100")
+	busy, hi := newProc(t, s, 1, 0, 0), newProc(t, s, 2, 0, 0)
+	if r := hi.c.SetPriority(1, 1); r != Success {
+		t.Fatal(r)
+	}
+	if r := hi.c.SetPriority(1, 5); r != ErrInvalidValue {
+		t.Errorf("priority 5 accepted: %v", r)
+	}
+	// the low-priority neighbour queues 30ms of GPU-filling work
+	for i := 0; i < 30; i++ {
+		busy.c.Launch(busy.st, 10, [3]uint32{132 * 8, 1, 1}, [3]uint32{256, 1, 1})
+	}
+	time.Sleep(time.Millisecond)
+	best := time.Hour
+	for try := 0; try < 3; try++ {
+		best = min(best, hi.run(t, 11, 33, 1)) // 33 SMs for 1ms
+	}
+	// no waiting for the neighbour's slice: the high-priority kernel runs at once
+	if best > 1100*time.Microsecond {
+		t.Errorf("high-priority kernel beside a busy context took %v, want about 1ms", best)
+	}
+}

@@ -227,10 +227,15 @@ func TestTimeSlicingInflatesLatency(t *testing.T) {
 	alone, _ := run(t, d, nil, a.Infer, inferArgs...)
 	// 100ms kernels: the neighbour keeps the GPU busy even when this loaded
 	// machine delays its host thread
-	tr := spawn(t, d, nil, a.Train, "--duration", "2.5", "--kernels", "1", "--big-share", "1", "--kernel-us", "50000", "--mem", "0")
+	tr := spawn(t, d, nil, a.Train, "--duration", "4.5", "--kernels", "1", "--big-share", "1", "--kernel-us", "50000", "--mem", "0")
 	waitLaunches(t, d, tr)
 	shared, _ := run(t, d, nil, a.Infer, inferArgs...)
+	// with GPUSIM_PRIORITY=high the request preempts the neighbour at once
+	high, _ := run(t, d, []string{"GPUSIM_PRIORITY=high"}, a.Infer, inferArgs...)
 	tr.wait(t)
+	if g := num(t, high, "gpu_p50_ms") - num(t, alone, "gpu_p50_ms"); g > 0.15*float64(slice.Milliseconds()) {
+		t.Errorf("a high-priority client beside a busy neighbour waited %.1fms more, want almost nothing", g)
+	}
 	// GPU-side request time: no host-side noise; a request arriving while
 	// the neighbour holds the GPU waits for the rest of its slice
 	grow := num(t, shared, "gpu_p50_ms") - num(t, alone, "gpu_p50_ms")

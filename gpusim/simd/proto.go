@@ -42,7 +42,7 @@ const (
 var payloadSize = map[uint16]int{
 	opHello:           16,
 	opDevInfo:         8,
-	opCtxCreate:       32,
+	opCtxCreate:       40,
 	opCtxDestroy:      8,
 	opStreamCreate:    8,
 	opStreamDestroy:   8,

@@ -239,6 +239,9 @@ func (b *binConn) dispatch(op uint16, id uint64, p []byte) bool {
 		lim := le.Uint64(p[24:])
 		ctx := u32(p, 0)
 		res := cl.CreateContext(ctx, int(u32(p, 1)), u32(p, 2), int(u32(p, 3)), atp, lim)
+		if prio := int32(u32(p, 8)); res == sim.Success && prio != 0 {
+			res = cl.SetPriority(ctx, int(prio))
+		}
 		x := make([]byte, 24)
 		if res == sim.Success {
 			a, sm, ml, _ := cl.ContextInfo(ctx)

@@ -45,8 +45,9 @@ S(GS_EVENT_ELAPSED, gs_u32x2) S(GS_MEM_ALLOC, gs_mem_alloc) S(GS_MEM_FREE, gs_me
 printf("hdr %zu reply %zu devinfo %zu ctxreply %zu\n", sizeof(struct gs_hdr), sizeof(struct gs_reply),
        sizeof(struct gs_dev_info_reply) - sizeof(struct gs_reply),
        sizeof(struct gs_ctx_create_reply) - sizeof(struct gs_reply));
-printf("ctx_atp %zu ctx_lim %zu\n", offsetof(struct gs_ctx_create, atp) - sizeof(struct gs_hdr),
-       offsetof(struct gs_ctx_create, mem_limit) - sizeof(struct gs_hdr));
+printf("ctx_atp %zu ctx_lim %zu ctx_prio %zu\n", offsetof(struct gs_ctx_create, atp) - sizeof(struct gs_hdr),
+       offsetof(struct gs_ctx_create, mem_limit) - sizeof(struct gs_hdr),
+       offsetof(struct gs_ctx_create, priority) - sizeof(struct gs_hdr));
 return 0; }`
 	if err := os.WriteFile(filepath.Join(dir, "p.c"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ return 0; }`
 	if diff := cmp.Diff(payloadSize, got); diff != "" {
 		t.Errorf("payload sizes (-go +C):\n%s", diff)
 	}
-	want := []string{fmt.Sprintf("hdr %d reply %d devinfo 208 ctxreply 24", hdrSize, replySize), "ctx_atp 16 ctx_lim 24"}
+	want := []string{fmt.Sprintf("hdr %d reply %d devinfo 208 ctxreply 24", hdrSize, replySize), "ctx_atp 16 ctx_lim 24 ctx_prio 32"}
 	if diff := cmp.Diff(want, tail); diff != "" {
 		t.Errorf("layout (-go +C):\n%s", diff)
 	}
