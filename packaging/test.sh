@@ -217,6 +217,12 @@ ok "payload: default policy, units, stripped programs, man pages without roff wa
 # --- The deb on this machine (no systemd as PID 1) ----------------------------------
 
 [ ! -d /run/systemd/system ] || echo "packaging test: note: systemd is running; muxd will really be started"
+engine_sums() {
+	for f in /etc/containerd/config.toml /etc/docker/daemon.json; do
+		if [ -e "$f" ]; then sha256sum "$f"; else echo "absent $f"; fi
+	done
+}
+engine_sums >"$T/engine.before"
 dpkg -i "$DEB1" >"$T/install.out" 2>&1 || { cat "$T/install.out" >&2; fail "dpkg -i $(basename "$DEB1") failed"; }
 grep -q 'muxctl runtime configure --runtime=containerd' "$T/install.out" ||
 	fail "installing did not print the next step (muxctl runtime configure); got: $(cat "$T/install.out")"
@@ -238,7 +244,15 @@ printf '[monitor]\nperiod = "soon"\n' >"$T/bad.toml"
 if /usr/bin/muxctl policy check "$T/bad.toml" >/dev/null 2>&1; then
 	fail "muxctl policy check accepts an invalid policy, so its success above proves nothing"
 fi
-ok "installed muxd --version ('$(/usr/bin/muxd --version 2>&1)') and muxctl policy check work"
+# The printed next step is a real command of the installed muxctl (tried on a scratch
+# file), and installing left the engines' real configuration untouched.
+printf 'version = 2\n' >"$T/containerd.toml"
+out=$(/usr/bin/muxctl runtime configure --runtime=containerd --config "$T/containerd.toml" --dry-run 2>&1) ||
+	fail "the next step printed on install fails: muxctl runtime configure: $out"
+case $out in *"BinaryName = '/usr/bin/muxflow-runtime'"*) ;; *) fail "muxctl runtime configure --dry-run does not name /usr/bin/muxflow-runtime: $out" ;; esac
+engine_sums >"$T/engine.after"
+expect_same "containerd/Docker configuration after dpkg -i" "$T/engine.before" "$T/engine.after"
+ok "installed muxd --version ('$(/usr/bin/muxd --version 2>&1)'), muxctl policy check and runtime configure work; engine configs untouched"
 
 # Enabled for the next boot even without a running systemd; the socket stays optional.
 link=/etc/systemd/system/multi-user.target.wants/muxd.service
@@ -292,6 +306,8 @@ done
 left=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/systemd/deb-systemd-helper-masked \
 	-name 'muxd.*' 2>/dev/null || true)
 [ -z "$left" ] || fail "systemd links or deb-systemd-helper records left after purge: $left"
+engine_sums >"$T/engine.after"
+expect_same "containerd/Docker configuration after upgrade, remove and purge" "$T/engine.before" "$T/engine.after"
 ok "dpkg -P leaves no file, directory, unit link or helper record"
 
 # --- rpm: upgrade keeps the policy, erase removes the rest (scratch root) ----------------
