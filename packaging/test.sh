@@ -367,4 +367,27 @@ left=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/sy
 [ -z "$left" ] || fail "with a stand-in systemd: links or records left after purge: $left"
 ok "with systemd running: install starts, upgrade restarts, remove stops muxd, purge cleans up"
 
+# The rpm scriptlets, run as rpm runs them ($1 counts the installed versions).
+rpm -qp --qf '%{POSTIN}' "$RPM2" 2>/dev/null >"$T/rpm-post"
+rpm -qp --qf '%{PREUN}' "$RPM2" 2>/dev/null >"$T/rpm-preun"
+rpm -qp --qf '%{POSTUN}' "$RPM2" 2>/dev/null >"$T/rpm-postun"
+run_ns sh "$T/rpm-post" 1
+want_call "rpm install" 'systemctl --no-reload enable muxd.service'
+want_call "rpm install" 'systemctl start muxd.service'
+grep -q 'muxctl runtime configure' "$T/ns.out" || fail "rpm install: %post did not print the next step"
+run_ns sh "$T/rpm-post" 2
+want_call "rpm upgrade" 'systemctl try-restart muxd.service'
+no_call "rpm upgrade" 'systemctl .*enable.*'
+run_ns sh "$T/rpm-preun" 1
+[ ! -s "$T/calls" ] || fail "rpm upgrade: %preun of the old version called systemd: $(cat "$T/calls")"
+run_ns sh "$T/rpm-preun" 0
+want_call "rpm erase" 'systemctl --no-reload disable --now muxd.socket muxd.service'
+mkdir -p /var/lib/muxflow/containers
+run_ns sh "$T/rpm-postun" 1
+[ -d /var/lib/muxflow/containers ] || fail "rpm upgrade: %postun of the old version removed muxd's state"
+run_ns sh "$T/rpm-postun" 0
+[ ! -e /var/lib/muxflow ] || fail "rpm erase: %postun left /var/lib/muxflow"
+want_call "rpm erase" 'systemctl daemon-reload'
+ok "rpm scriptlets: install enables and starts, upgrade try-restarts, erase stops, disables and cleans up"
+
 echo "packaging test: all $checks checks passed"
