@@ -68,9 +68,9 @@ arm64) RPMARCH=aarch64 ;;
 *) RPMARCH=$DEBARCH ;;
 esac
 for v in 1 2; do
-	eval "ver=\$V$v"
-	packagers="deb rpm"
-	if ! STAGE="$T/stage$v" PACKAGERS="$packagers" make -s -C "$ROOT/packaging" package \
+	ver=$V1
+	[ "$v" = 2 ] && ver=$V2
+	if ! STAGE="$T/stage$v" PACKAGERS="deb rpm" make -s -C "$ROOT/packaging" package \
 		PKG_VERSION="$ver" DIST="$T/v$v" BUILD="$BUILD" >"$T/build$v.log" 2>&1; then
 		cat "$T/build$v.log" >&2
 		fail "make package (version $ver) failed"
