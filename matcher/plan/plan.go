@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/muxflow/muxflow/matcher/assign"
@@ -390,34 +391,58 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		groups[gi].slots = append(groups[gi].slots, c)
 	}
 	g := &assign.Candidates{Rows: len(jobs), Cols: len(slots), Start: make([]int, 1, len(jobs)+1)}
-	order := make([]int, len(groups))
-	gw := make([]float64, len(groups))
 	// stamp[c] == i+1 marks slot c as already in job i's list: with fewer
 	// GPUs than k, sampling points land on the same members twice.
 	stamp := make([]int, len(slots))
-	for i, j := range jobs {
-		for gi, gr := range groups {
-			gw[gi] = math.Inf(-1)
-			if len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, gr.typ) {
-				gw[gi] = p.weight(j, gr.rep)
-			}
-			order[gi] = gi
+	// Jobs of one kind (same profile and type constraint) rank groups
+	// alike; a cluster has far fewer kinds than jobs.
+	type rankKey struct {
+		prof  profileKey
+		types string
+	}
+	type ranking struct {
+		order []int // eligible groups, best first
+		gw    []float64
+	}
+	rankings := map[rankKey]*ranking{}
+	rank := func(j Job) *ranking {
+		k := rankKey{keyOf(j.Profile), strings.Join(j.GPUTypes, "\x00")}
+		if r, ok := rankings[k]; ok {
+			return r
 		}
-		slices.SortFunc(order, func(a, b int) int {
+		r := &ranking{gw: make([]float64, len(groups))}
+		for gi, gr := range groups {
+			r.gw[gi] = math.Inf(-1)
+			if len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, gr.typ) {
+				r.gw[gi] = p.weight(j, gr.rep)
+			}
+			if !math.IsInf(r.gw[gi], -1) {
+				r.order = append(r.order, gi)
+			}
+		}
+		slices.SortFunc(r.order, func(a, b int) int {
 			switch {
-			case gw[a] > gw[b]:
+			case r.gw[a] > r.gw[b]:
 				return -1
-			case gw[a] < gw[b]:
+			case r.gw[a] < r.gw[b]:
 				return 1
 			}
 			return a - b
 		})
+		if len(rankings) < 4096 { // bound memory when every job differs
+			rankings[k] = r
+		}
+		return r
+	}
+	for i, j := range jobs {
+		rk := rank(j)
+		order, gw := rk.order, rk.gw
 		// Depth: the job's best groups until they hold alpha× as many GPUs
 		// as there are jobs, so that every job reaches past the GPUs all
 		// jobs want first.
 		depth, capacity := 0, 0
 		for _, gi := range order {
-			if math.IsInf(gw[gi], -1) || capacity >= alpha*len(jobs) {
+			if capacity >= alpha*len(jobs) {
 				break
 			}
 			capacity += len(groups[gi].slots)
@@ -458,10 +483,12 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		}
 		if n == 0 {
 			pl.Unassigned[j.ID] = ReasonNoGPU
-			for _, gi := range order {
-				if !math.IsInf(gw[gi], -1) {
-					break // a group passed the floors: memory ruled it out
-				}
+			if len(order) > 0 {
+				// Some group passed the floors: memory ruled them out.
+				g.Start = append(g.Start, len(g.Col))
+				continue
+			}
+			for gi := range groups {
 				if len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, groups[gi].typ) {
 					for _, c := range groups[gi].slots {
 						if fits(j, slots[c].gpu) {
