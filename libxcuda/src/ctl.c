@@ -21,6 +21,7 @@ struct xc_state xc;
 _Atomic int xc_stopping;
 static int debug;
 extern const char *xc_libcuda_path;
+extern int xc_drain_timeout_s;
 
 void xc_log(const char *fmt, ...)
 {
@@ -257,6 +258,12 @@ __attribute__((constructor)) static void xc_init(void)
 {
     const char *v = getenv("XCUDA_DEBUG");
     debug = v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+    v = getenv("XCUDA_DRAIN_TIMEOUT");
+    if (v != NULL) {
+        long t = strtol(v, NULL, 10);
+        if (t >= 1 && t <= 3600)
+            xc_drain_timeout_s = (int)t;
+    }
     v = getenv("XCUDA_REAL_LIBCUDA");
     if (v != NULL && v[0] != '\0')
         xc_libcuda_path = v;

@@ -13,15 +13,17 @@
         __typeof__(xc_real.field) real_ = XC_REAL(field);                     \
         if (real_ == NULL)                                                    \
             return CUDA_ERROR_NOT_INITIALIZED;                                \
-        if ((xc_tls_launches & XC_FLUSH_MASK) == 0)                                    \
+        if ((xc_tls_launches & XC_FLUSH_MASK) == 0)                           \
             xc_flush_launches();                                              \
-        if (xc_gate_open())                                                   \
+        if (xc_gate_open() || xc_tls_inside)                                  \
             return real_ args;                                                \
         struct xc_ticket t_;                                                  \
         CUresult g_ = xc_gate_slow((stream), &t_);                            \
         if (g_ != CUDA_SUCCESS)                                               \
             return g_;                                                        \
+        xc_tls_inside = 1;                                                    \
         CUresult r_ = real_ args;                                             \
+        xc_tls_inside = 0;                                                    \
         xc_gate_done((stream), &t_, r_);                                      \
         return r_;                                                            \
     }                                                                         \
@@ -29,7 +31,7 @@
     {                                                                         \
         if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) { \
             __typeof__(xc_real.field) real_ = xc_real.field;                  \
-            if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & XC_FLUSH_MASK) != 0 &&  \
+            if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & XC_FLUSH_MASK) != 0 && \
                           xc_gate_open()))                                    \
                 return real_ args;                                            \
         }                                                                     \
@@ -37,12 +39,12 @@
     }
 
 #define LAUNCH_PARAMS                                                         \
-    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,       \
-     unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params,        \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params, \
      void **extra)
 #define LAUNCH_ARGS (f, gx, gy, gz, bx, by, bz, shmem, s, params, extra)
 #define COOP_PARAMS                                                           \
-    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,       \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
      unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params)
 #define COOP_ARGS (f, gx, gy, gz, bx, by, bz, shmem, s, params)
 #define EX_PARAMS (const CUlaunchConfig *config, CUfunction f, void **params, void **extra)

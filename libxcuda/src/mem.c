@@ -19,6 +19,8 @@ struct ent {
     uint32_t kind;
 };
 
+_Thread_local int xc_tls_inside __attribute__((tls_model("initial-exec")));
+
 static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ent *tab;
 static size_t tab_cap, tab_used; /* used counts live entries and tombstones */
@@ -173,11 +175,13 @@ static int current_device(void)
 /* Common path of every counted allocation: reserve, allocate, track. */
 #define COUNTED_ALLOC(kind, dev, bytes, keyexpr, call)                        \
     do {                                                                      \
-        if (xc.use == NULL)                                                   \
+        if (XC_PASS())                                                        \
             return (call);                                                    \
         if (reserve((dev), (bytes)) != 0)                                     \
             return CUDA_ERROR_OUT_OF_MEMORY;                                  \
+        xc_tls_inside = 1;                                                    \
         CUresult r_ = (call);                                                 \
+        xc_tls_inside = 0;                                                    \
         if (r_ != CUDA_SUCCESS) {                                             \
             unreserve((dev), (bytes));                                        \
             return r_;                                                        \
@@ -195,7 +199,7 @@ static int current_device(void)
 XC_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 {
     NEED(cuMemAlloc);
-    if (dptr == NULL || bytesize == 0 || xc.use == NULL)
+    if (dptr == NULL || bytesize == 0 || XC_PASS())
         return real_(dptr, bytesize);
     int dev = current_device();
     COUNTED_ALLOC(K_PTR, dev, bytesize, *dptr, real_(dptr, bytesize));
@@ -204,7 +208,7 @@ XC_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 XC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     NEED(cuMemAllocManaged);
-    if (dptr == NULL || bytesize == 0 || xc.use == NULL)
+    if (dptr == NULL || bytesize == 0 || XC_PASS())
         return real_(dptr, bytesize, flags);
     int dev = current_device();
     COUNTED_ALLOC(K_PTR, dev, bytesize, *dptr, real_(dptr, bytesize, flags));
@@ -214,7 +218,7 @@ XC_EXPORT CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
                                    size_t Height, unsigned int ElementSizeBytes)
 {
     NEED(cuMemAllocPitch);
-    if (dptr == NULL || pPitch == NULL || WidthInBytes == 0 || Height == 0 || xc.use == NULL)
+    if (dptr == NULL || pPitch == NULL || WidthInBytes == 0 || Height == 0 || XC_PASS())
         return real_(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     /* The pitch is known only afterwards: reserve a 512-byte-aligned
      * estimate, then settle the difference. */
@@ -225,7 +229,9 @@ XC_EXPORT CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
     uint64_t est = (uint64_t)wpad * Height;
     if (reserve(dev, est) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    xc_tls_inside = 1;
     CUresult r = real_(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    xc_tls_inside = 0;
     if (r != CUDA_SUCCESS) {
         unreserve(dev, est);
         return r;
@@ -252,8 +258,12 @@ static CUresult free_ptr(CUdeviceptr dptr, CUresult (*real)(CUdeviceptr, CUstrea
 {
     int dev;
     uint64_t size;
-    int known = dptr != 0 && xc.use != NULL && untrack(K_PTR, dptr, &dev, &size);
+    int known = dptr != 0 && !XC_PASS() && untrack(K_PTR, dptr, &dev, &size);
+    int outer = !xc_tls_inside;
+    xc_tls_inside = 1;
     CUresult r = real ? real(dptr, s) : real_sync(dptr);
+    if (outer)
+        xc_tls_inside = 0;
     if (known) {
         if (r == CUDA_SUCCESS)
             unreserve(dev, size);
@@ -274,7 +284,7 @@ static CUresult alloc_async(xc_alloc_async_fn real, CUdeviceptr *dptr, size_t by
 {
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (dptr == NULL || bytesize == 0 || xc.use == NULL)
+    if (dptr == NULL || bytesize == 0 || XC_PASS())
         return real(dptr, bytesize, s);
     int dev = current_device();
     COUNTED_ALLOC(K_PTR, dev, bytesize, *dptr, real(dptr, bytesize, s));
@@ -295,7 +305,7 @@ static CUresult alloc_pool(xc_alloc_pool_fn real, CUdeviceptr *dptr, size_t byte
 {
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (dptr == NULL || bytesize == 0 || xc.use == NULL)
+    if (dptr == NULL || bytesize == 0 || XC_PASS())
         return real(dptr, bytesize, pool, s);
     int dev = current_device();
     COUNTED_ALLOC(K_PTR, dev, bytesize, *dptr, real(dptr, bytesize, pool, s));
@@ -333,7 +343,7 @@ XC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
                                const CUmemAllocationProp *prop, unsigned long long flags)
 {
     NEED(cuMemCreate);
-    if (handle == NULL || prop == NULL || size == 0 || xc.use == NULL ||
+    if (handle == NULL || prop == NULL || size == 0 || XC_PASS() ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return real_(handle, size, prop, flags);
     int dev = prop->location.id;
@@ -345,8 +355,12 @@ XC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     NEED(cuMemRelease);
     int dev;
     uint64_t size;
-    int known = xc.use != NULL && untrack(K_HANDLE, handle, &dev, &size);
+    int known = !XC_PASS() && untrack(K_HANDLE, handle, &dev, &size);
+    int outer = !xc_tls_inside;
+    xc_tls_inside = 1;
     CUresult r = real_(handle);
+    if (outer)
+        xc_tls_inside = 0;
     if (known) {
         if (r == CUDA_SUCCESS)
             unreserve(dev, size);
@@ -390,7 +404,7 @@ XC_EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *
 {
     NEED(cuArrayCreate);
     uint64_t bytes;
-    if (pHandle == NULL || desc == NULL || xc.use == NULL)
+    if (pHandle == NULL || desc == NULL || XC_PASS())
         return real_(pHandle, desc);
     if (array_bytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format, &bytes) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -402,7 +416,7 @@ XC_EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPT
 {
     NEED(cuArray3DCreate);
     uint64_t bytes;
-    if (pHandle == NULL || desc == NULL || xc.use == NULL)
+    if (pHandle == NULL || desc == NULL || XC_PASS())
         return real_(pHandle, desc);
     if (array_bytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels, desc->Format,
                     &bytes) != 0)
@@ -416,9 +430,13 @@ XC_EXPORT CUresult cuArrayDestroy(CUarray hArray)
     NEED(cuArrayDestroy);
     int dev;
     uint64_t size;
-    int known = hArray != NULL && xc.use != NULL &&
+    int known = hArray != NULL && !XC_PASS() &&
                 untrack(K_ARRAY, (uintptr_t)hArray, &dev, &size);
+    int outer = !xc_tls_inside;
+    xc_tls_inside = 1;
     CUresult r = real_(hArray);
+    if (outer)
+        xc_tls_inside = 0;
     if (known) {
         if (r == CUDA_SUCCESS)
             unreserve(dev, size);
@@ -432,7 +450,7 @@ XC_EXPORT CUresult cuMemGetInfo(size_t *free_b, size_t *total_b)
 {
     NEED(cuMemGetInfo);
     CUresult r = real_(free_b, total_b);
-    if (r != CUDA_SUCCESS || xc.use == NULL || free_b == NULL || total_b == NULL)
+    if (r != CUDA_SUCCESS || XC_PASS() || free_b == NULL || total_b == NULL)
         return r;
     int dev = current_device();
     if (!accounting(dev))

@@ -14,6 +14,7 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "xcuda.h"
@@ -164,6 +165,48 @@ static void release_contexts(void)
 
 void xc_release_slot(void);
 
+/* A drain that cannot finish (a hung GPU, a driver stuck in a lock) must
+ * not keep a process that was told to die alive: after xc_drain_timeout_s
+ * (env XCUDA_DRAIN_TIMEOUT, default 10 s) the default action is taken anyway. */
+int xc_drain_timeout_s = 10;
+static sem_t watch_start, watch_done;
+
+static void die_by(int sig)
+{
+    struct sigaction d;
+    memset(&d, 0, sizeof d);
+    d.sa_handler = SIG_DFL;
+    sigemptyset(&d.sa_mask);
+    real_sigaction()(sig, &d, NULL);
+    kill(getpid(), sig);
+}
+
+static void *watch_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        if (sem_wait(&watch_start) != 0)
+            continue;
+        int sig = pending_sig;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += xc_drain_timeout_s;
+        while (sem_timedwait(&watch_done, &until) != 0) {
+            if (errno == ETIMEDOUT) {
+                int i = sig_index(sig);
+                if (i >= 0 && !(app_act[i].sa_flags & SA_SIGINFO) &&
+                    app_act[i].sa_handler == SIG_DFL) {
+                    xc_log("signal %d: drain did not finish in %d s; exiting anyway", sig,
+                           xc_drain_timeout_s);
+                    die_by(sig);
+                }
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
 static void *drain_main(void *arg)
 {
     (void)arg;
@@ -178,7 +221,9 @@ static void *drain_main(void *arg)
         int dfl = !(act.sa_flags & SA_SIGINFO) && act.sa_handler == SIG_DFL;
         xc_log("signal %d: draining GPU work before %s", sig,
                dfl ? "the default action" : "the application's handler");
+        sem_post(&watch_start);
         drain();
+        sem_post(&watch_done);
         if (dfl) {
             xc_release_slot();
             struct sigaction d;
@@ -222,19 +267,27 @@ static pthread_once_t install_once = PTHREAD_ONCE_INIT;
 
 static void install(void)
 {
-    if (real_sigaction() == NULL || sem_init(&drain_sem, 0, 0) != 0)
+    if (real_sigaction() == NULL || sem_init(&drain_sem, 0, 0) != 0 ||
+        sem_init(&watch_start, 0, 0) != 0 || sem_init(&watch_done, 0, 0) != 0)
         return;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t th;
+    pthread_t th, wd;
     int rc = pthread_create(&th, NULL, drain_main, NULL);
+    if (rc == 0) {
+        pthread_detach(th);
+        rc = pthread_create(&wd, NULL, watch_main, NULL);
+        if (rc == 0)
+            pthread_detach(wd);
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        xc_log("cannot start the drain thread: %s", strerror(rc));
+        /* Without the helpers the handlers stay uninstalled: default
+         * behaviour rather than a drain that never starts. */
+        xc_log("cannot start the drain threads: %s", strerror(rc));
         return;
     }
-    pthread_detach(th);
     for (int i = 0; i < NSIGS; i++) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);

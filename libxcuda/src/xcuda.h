@@ -168,6 +168,13 @@ uint64_t xc_reap_dead_slots(void);
 /* Log to stderr when XCUDA_DEBUG was set at load. */
 void xc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Set while this thread is inside the real driver on libxcuda's behalf: a
+ * driver that calls its own exported functions (one not linked -Bsymbolic)
+ * then reaches the wrappers again, which must pass through instead of
+ * counting twice or taking the gate's lock again. */
+extern _Thread_local int xc_tls_inside __attribute__((tls_model("initial-exec")));
+#define XC_PASS() (xc.use == NULL || xc_tls_inside)
+
 /* ---- mem.c ---- */
 void xc_mem_atfork_child(void);
 

@@ -5,6 +5,7 @@
  * timeline's time, so event timing and sync behave like a real device.
  * A NULL function is a no-op launch (for measuring call overhead). */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -341,11 +342,20 @@ EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p
         return CUDA_ERROR_INVALID_VALUE;
     return cuLaunchKernel(f, c->gridDimX, 1, 1, 1, 1, 1, 0, c->hStream, p, x);
 }
+/* Goes through the dynamic linker on purpose, as a driver that is not
+ * linked -Bsymbolic would: with libxcuda preloaded this reaches libxcuda's
+ * cuLaunchKernel from inside libxcuda's cuLaunchCooperativeKernel. */
 EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                           unsigned bx, unsigned by, unsigned bz, unsigned sh,
                                           CUstream s, void **p)
 {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, NULL);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, CUstream, void **, void **) =
+        (CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **, void **))dlsym(RTLD_DEFAULT, "cuLaunchKernel");
+    if (launch == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    return launch(f, gx, gy, gz, bx, by, bz, sh, s, p, NULL);
 }
 EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 {

@@ -29,6 +29,8 @@ typedef CUresult (*name_fn)(char *, int, CUdevice);
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, unsigned, CUstream, void **, void **);
 typedef CUresult (*graph_fn)(CUgraphExec, CUstream);
+typedef CUresult (*coop_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, unsigned, CUstream, void **);
 typedef CUresult (*sync_fn)(void);
 typedef CUresult (*ver_fn)(int *);
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
@@ -52,6 +54,7 @@ static struct {
     name_fn name;
     launch_fn launch, launch_ptsz;
     graph_fn graph;
+    coop_fn coop;
     sync_fn sync;
     ver_fn version;
     void *export_table;
@@ -124,6 +127,7 @@ static int setup(const char *way)
         api.launch = (launch_fn)ds(h, "cuLaunchKernel");
         api.launch_ptsz = (launch_fn)ds(h, "cuLaunchKernel_ptsz");
         api.graph = (graph_fn)ds(h, "cuGraphLaunch");
+        api.coop = (coop_fn)ds(h, "cuLaunchCooperativeKernel");
         api.sync = (sync_fn)ds(h, "cuCtxSynchronize");
         api.version = (ver_fn)ds(h, "cuDriverGetVersion");
         api.export_table = ds(h, "cuGetExportTable");
@@ -231,6 +235,8 @@ static int cmd_hold(size_t chunk, long max)
 
 static int cmd_loop(unsigned kernel_us, double secs, int graph)
 {
+    if (graph == 2 && api.coop == NULL)
+        return 1;
     if (api.init(0) != CUDA_SUCCESS)
         return 1;
     /* The stub driver reports the kernel time it queued (a GPU-time meter). */
@@ -238,9 +244,10 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
     double t0 = now_s(), next = t0 + 0.05;
     long n = 0, errors = 0;
     while (now_s() - t0 < secs) {
-        CUresult r = graph ? api.graph((CUgraphExec)(uintptr_t)kernel_us, NULL)
-                           : api.launch((CUfunction)1, kernel_us, 1, 1, 1, 1, 1, 0, NULL, NULL,
-                                        NULL);
+        CUresult r =
+            graph == 2 ? api.coop((CUfunction)1, kernel_us, 1, 1, 1, 1, 1, 0, NULL, NULL)
+            : graph    ? api.graph((CUgraphExec)(uintptr_t)kernel_us, NULL)
+                       : api.launch((CUfunction)1, kernel_us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
         if (r != CUDA_SUCCESS)
             errors++;
         n++;
@@ -397,7 +404,8 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "sigapp") == 0)
         return cmd_sigapp();
     if (strcmp(argv[1], "loop") == 0 && argc == 6)
-        return cmd_loop((unsigned)atoi(argv[3]), atof(argv[4]), strcmp(argv[5], "graph") == 0);
+        return cmd_loop((unsigned)atoi(argv[3]), atof(argv[4]),
+                        strcmp(argv[5], "graph") == 0 ? 1 : strcmp(argv[5], "coop") == 0 ? 2 : 0);
     fprintf(stderr, "xctest: bad arguments\n");
     return 2;
 }

@@ -131,3 +131,34 @@ func TestSIGTERMDuringTrainKeepsInferHealthy(t *testing.T) {
 		}
 	})
 }
+
+// TestDrainTimeoutOnHungGPU: when the GPU hangs, the drain cannot finish;
+// the process still dies of its SIGTERM once the drain timeout passes.
+func TestDrainTimeoutOnHungGPU(t *testing.T) {
+	h := newHarness(t, ctlblock.Unlimited())
+	d := h.useGpusim(t)
+	h.extraEnv = append(h.extraEnv, "XCUDA_DRAIN_TIMEOUT=1")
+	train := h.gpusimCommand(d, "train", "--duration", "30", "--mem", "64M")
+	if err := train.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- train.Wait() }()
+	ctx := context.Background()
+	time.Sleep(400 * time.Millisecond)
+	if err := d.SetHung(ctx, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	defer d.SetHung(ctx, 0, false)
+	train.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errorsAs(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+			t.Errorf("train ended with %v, want death by SIGTERM", err)
+		}
+	case <-time.After(8 * time.Second):
+		train.Process.Kill()
+		t.Fatal("train still alive 8 s after SIGTERM with a hung GPU and a 1 s drain timeout")
+	}
+}

@@ -96,6 +96,10 @@ func TestThrottleShare(t *testing.T) {
 		{"kernel", 2000, 3000},
 		{"kernel", 500, 3000},
 		{"graph", 4000, 3000},
+		// The stub's cooperative launch calls cuLaunchKernel through the
+		// dynamic linker (a driver not linked -Bsymbolic): the nested call
+		// must pass through, neither deadlocking nor counting twice.
+		{"coop", 2000, 3000},
 		{"kernel", 2000, 7000},
 	}
 	for _, tt := range tests {
