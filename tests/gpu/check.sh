@@ -45,11 +45,12 @@ else
   fi
 fi
 # The tools below need only the project's own headers.
-if ! run_for 60 make -s -C libxcuda BUILD="$build" "$build/libxcuda/tests/xcblock" >>"$out/compile.log" 2>&1; then
-  tail -20 "$out/compile.log"; result build-xcblock FAIL
+if ! run_for 60 make -s -C libxcuda BUILD="$build" "$build/libxcuda/tests/xcblock" "$build/libxcuda/tests/xctest" >>"$out/compile.log" 2>&1; then
+  tail -20 "$out/compile.log"; result build-tools FAIL
 fi
 lib=$build/lib/libxcuda.so
 xcblock=$build/libxcuda/tests/xcblock
+xctest=$build/libxcuda/tests/xctest
 if [ ! -f "$lib" ] || [ ! -x "$xcblock" ]; then
   echo "cannot go on without libxcuda and xcblock"
   echo "SUMMARY: $fails check(s) failed"; exit 1
@@ -60,10 +61,25 @@ probe() { # probe BLOCK_DIR|none ARGS... — one torch_probe run, JSON on stdout
   if [ "$blk" = none ]; then
     run_for 150 env -u LD_PRELOAD "$py" tests/gpu/torch_probe.py "$@" 2>"$out/probe.err" | tail -1
   else
-    run_for 150 env LD_PRELOAD="$lib" XCUDA_CONTROL_BLOCK="$blk" "$py" tests/gpu/torch_probe.py "$@" 2>"$out/probe.err" | tail -1
+    run_for 150 env LD_PRELOAD="$lib" XCUDA_CONTROL_BLOCK="$blk" XCUDA_DEBUG=1 "$py" tests/gpu/torch_probe.py "$@" 2>"$out/probe.err" | tail -1
+    echo "libxcuda log: $(grep -c 'wrapping by name' "$out/probe.err" || true) pointer(s) wrapped by name; $(grep -c 'refused at the cap' "$out/probe.err" || true) refusal(s) at the cap" >&2
   fi
 }
 jget() { "$py" -c 'import json,sys; d=json.loads(sys.argv[1] or "{}"); print(d.get(sys.argv[2], ""))' "$1" "$2" 2>/dev/null; }
+
+echo "== 1b. entry points against the real driver (1 MiB cap): dlsym and cuGetProcAddress"
+"$xcblock" create "$out/blk-entry" mem0=1048576
+for way in dlsym gpa; do
+  e=$(run_for 60 env LD_PRELOAD="$lib" XCUDA_CONTROL_BLOCK="$out/blk-entry" XCUDA_DEBUG=1 "$xctest" entry "$way" 1048576 2>"$out/entry-$way.err")
+  echo "$e" | tr '\n' ' '; echo
+  byname=$(grep -c "wrapping by name" "$out/entry-$way.err" || true)
+  echo "cuGetProcAddress pointers wrapped by name (not by address): $byname"
+  if grep -qx "alloc_owner=libxcuda" <<<"$e" && grep -qx "alloc_over_cap=2" <<<"$e" && grep -qx "alloc_small=0" <<<"$e" && grep -qx "init=0" <<<"$e"; then
+    result "entry-$way" PASS
+  else
+    tail -5 "$out/entry-$way.err"; result "entry-$way" FAIL
+  fi
+done
 
 echo "== 2. memory cap: 4 GiB, 256 MiB tensors until OOM"
 cap=$((4 << 30))
