@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(gcc make libc6-dev containerd runc busybox-static python3 python3-scipy valgrind
-      lintian rpm systemd iproute2 procps psmisc curl jq)
+      lintian rpm systemd iproute2 procps psmisc curl jq man-db binutils)
 
 missing=()
 for p in "${pkgs[@]}"; do
