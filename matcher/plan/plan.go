@@ -143,6 +143,8 @@ type Stats struct {
 	SolveSeconds  float64 `json:"solve_seconds"`
 	Augmentations int     `json:"augmentations,omitempty"`
 	WarmStart     bool    `json:"warm_start,omitempty"`
+	// CoarseStart says the first round started from a coarse round's prices.
+	CoarseStart bool `json:"coarse_start,omitempty"`
 }
 
 // Reasons a job can be left out.
@@ -161,6 +163,8 @@ type Planner struct {
 	dense  assign.Dense
 	sparse assign.Sparse
 	cache  map[pairKey][2]float64
+	// noCoarse skips the coarse first round (tests compare with it).
+	noCoarse bool
 }
 
 // NewPlanner checks cfg and returns a Planner.
@@ -509,6 +513,19 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 			warm.Col[c] = p.prices[s.gpu.UUID]
 		}
 		pl.Stats.WarmStart = true
+	} else if len(jobs) > 4*coarseMin && len(slots) > 4*coarseMin && !p.noCoarse {
+		// No previous round: get prices from a coarse round first.
+		gid := make([]int, len(slots))
+		for gi, gr := range groups {
+			for _, c := range gr.slots {
+				gid[c] = gi
+			}
+		}
+		var err error
+		if warm, err = coarsePrices(g, gid, len(groups)); err != nil {
+			return nil, err
+		}
+		pl.Stats.CoarseStart = true
 	}
 	m, err := p.sparse.MaxWeightMatching(g, warm)
 	if err != nil {
@@ -522,6 +539,59 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		}
 	}
 	return m.RowCol, nil
+}
+
+// coarseMin is the smallest problem worth a coarse round first (a variable
+// so tests can reach the coarse path on small problems).
+var coarseMin = 1024
+
+// coarsePrices prices GPUs by solving a quarter-size round — every 4th job
+// over every 4th GPU, so contention stays as it is, itself started from a
+// coarser round while large — and giving every GPU the mean price its
+// group's sampled members got. A cold solve over many
+// interchangeable replicas is slow: equal weights keep the row reduction
+// from raising prices, so most jobs need a shortest-path search across wide
+// plateaus; started from group prices, the full solve is a warm one.
+func coarsePrices(g *assign.Candidates, gid []int, groups int) (*assign.Prices, error) {
+	sub := &assign.Candidates{Rows: (g.Rows + 3) / 4, Cols: (g.Cols + 3) / 4, Start: make([]int, 1, (g.Rows+3)/4+1)}
+	for i := 0; i < g.Rows; i += 4 {
+		for e := g.Start[i]; e < g.Start[i+1]; e++ {
+			if c := g.Col[e]; c%4 == 0 {
+				sub.Col = append(sub.Col, c/4)
+				sub.Weight = append(sub.Weight, g.Weight[e])
+			}
+		}
+		sub.Start = append(sub.Start, len(sub.Col))
+	}
+	var warm *assign.Prices
+	if sub.Rows > 4*coarseMin && sub.Cols > 4*coarseMin {
+		subGid := make([]int, sub.Cols)
+		for c := range subGid {
+			subGid[c] = gid[4*c]
+		}
+		var err error
+		if warm, err = coarsePrices(sub, subGid, groups); err != nil {
+			return nil, err
+		}
+	}
+	var s assign.Sparse
+	m, err := s.MaxWeightMatching(sub, warm)
+	if err != nil {
+		return nil, fmt.Errorf("coarse matching: %w", err)
+	}
+	sum := make([]float64, groups)
+	n := make([]int, groups)
+	for c := 0; c < g.Cols; c += 4 {
+		sum[gid[c]] += m.Prices.Col[c/4]
+		n[gid[c]]++
+	}
+	out := &assign.Prices{Col: make([]float64, g.Cols)}
+	for c := range out.Col {
+		if k := n[gid[c]]; k > 0 {
+			out.Col[c] = sum[gid[c]] / float64(k)
+		}
+	}
+	return out, nil
 }
 
 // profileKey is a comparable copy of the fields predictors read.

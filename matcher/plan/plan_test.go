@@ -234,3 +234,28 @@ func TestTopKListsHaveNoDuplicates(t *testing.T) {
 		t.Errorf("top-k weight %v, exact %v: with every GPU listed they must agree", pl.Stats.TotalWeight, want.Stats.TotalWeight)
 	}
 }
+
+func TestCoarseFirstRoundKeepsTheOptimum(t *testing.T) {
+	defer func(old int) { coarseMin = old }(coarseMin)
+	coarseMin = 32 // 1000 jobs: a coarse round of 250, itself started from one of 63
+	reports, jobs := clusterOf(1000, 1000, 30, 20, 3)
+	with, _ := NewPlanner(Config{Predictor: predict.Analytic{}, Mode: TopK})
+	without, _ := NewPlanner(Config{Predictor: predict.Analytic{}, Mode: TopK})
+	without.noCoarse = true
+	a, err := with.Plan(reports, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := without.Plan(reports, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Prices only change where the solve starts; the optimum over the same
+	// candidate lists is the same.
+	if !a.Stats.CoarseStart || b.Stats.CoarseStart {
+		t.Fatalf("coarse start used: %v and %v, want true and false", a.Stats.CoarseStart, b.Stats.CoarseStart)
+	}
+	if len(a.Assignments) == 0 || math.Abs(a.Stats.TotalWeight-b.Stats.TotalWeight) > 1e-9*b.Stats.TotalWeight {
+		t.Errorf("with coarse round %.9f (%d pairs), without %.9f (%d pairs)", a.Stats.TotalWeight, len(a.Assignments), b.Stats.TotalWeight, len(b.Assignments))
+	}
+}
