@@ -139,6 +139,11 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
     current = &the_ctx;
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuCtxSetCurrent(CUcontext c)
+{
+    current = c;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuCtxSynchronize(void)
 {
     pthread_mutex_lock(&mu);
@@ -246,10 +251,22 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
     *f = used > tot ? 0 : tot - used;
     return CUDA_SUCCESS;
 }
+/* STUB_ALLOC_US makes allocations take that long, as real ones do (tests
+ * that race processes need the calls to overlap). Read once. */
+static long alloc_us = -1;
+
 static CUresult do_alloc(CUdeviceptr *p, size_t n)
 {
     if (!p || n == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (alloc_us < 0) {
+        const char *v = getenv("STUB_ALLOC_US");
+        alloc_us = v ? strtol(v, NULL, 10) : 0;
+    }
+    if (alloc_us > 0) {
+        struct timespec ts = {0, alloc_us * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (mem_used + n > mem_total())
@@ -403,6 +420,7 @@ static const struct fn fns[] = {
     F(cuEventSynchronize), F(cuEventQuery), F(cuEventElapsedTime), F(cuEventDestroy_v2),
     F(cuGetProcAddress_v2), {"cuGetProcAddress", (void *)stub_gpa_v1},
     F(cuMemAllocFromPoolAsync), F(cuArrayCreate_v2), F(cuArrayDestroy),
+    F(cuDevicePrimaryCtxRetain), F(cuCtxSetCurrent), F(cuCtxSynchronize),
 };
 
 static void *find(const char *name)

@@ -32,6 +32,8 @@ typedef CUresult (*graph_fn)(CUgraphExec, CUstream);
 typedef CUresult (*coop_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                             unsigned, unsigned, CUstream, void **);
 typedef CUresult (*sync_fn)(void);
+typedef CUresult (*retain_fn)(CUcontext *, CUdevice);
+typedef CUresult (*setcur_fn)(CUcontext);
 typedef CUresult (*ver_fn)(int *);
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
                            CUdriverProcAddressQueryResult *);
@@ -57,6 +59,8 @@ static struct {
     coop_fn coop;
     sync_fn sync;
     ver_fn version;
+    retain_fn retain;
+    setcur_fn setcur;
     void *export_table;
 } api;
 
@@ -101,6 +105,8 @@ static int setup(const char *way)
         api.graph = cuGraphLaunch;
         api.sync = cuCtxSynchronize;
         api.version = cuDriverGetVersion;
+        api.retain = cuDevicePrimaryCtxRetain;
+        api.setcur = cuCtxSetCurrent;
         drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
         return 0;
 #else
@@ -130,6 +136,8 @@ static int setup(const char *way)
         api.coop = (coop_fn)ds(h, "cuLaunchCooperativeKernel");
         api.sync = (sync_fn)ds(h, "cuCtxSynchronize");
         api.version = (ver_fn)ds(h, "cuDriverGetVersion");
+        api.retain = (retain_fn)ds(h, "cuDevicePrimaryCtxRetain");
+        api.setcur = (setcur_fn)ds(h, "cuCtxSetCurrent");
         api.export_table = ds(h, "cuGetExportTable");
         return 0;
     }
@@ -165,11 +173,26 @@ static int setup(const char *way)
         api.graph = (graph_fn)by_gpa("cuGraphLaunch", 0);
         api.sync = (sync_fn)by_gpa("cuCtxSynchronize", 0);
         api.version = (ver_fn)by_gpa("cuDriverGetVersion", 0);
+        api.retain = (retain_fn)by_gpa("cuDevicePrimaryCtxRetain", 0);
+        api.setcur = (setcur_fn)by_gpa("cuCtxSetCurrent", 0);
         api.export_table = by_gpa("cuGetExportTable", 0);
         return 0;
     }
     fprintf(stderr, "xctest: unknown way %s\n", way);
     return -1;
+}
+
+/* cuInit, then device 0's primary context made current: a real driver
+ * refuses allocations and launches without a current context. */
+static CUresult init_ctx(void)
+{
+    CUresult r = api.init(0);
+    if (r != CUDA_SUCCESS || api.retain == NULL || api.setcur == NULL)
+        return r;
+    CUcontext ctx;
+    if ((r = api.retain(&ctx, 0)) != CUDA_SUCCESS)
+        return r;
+    return api.setcur(ctx);
 }
 
 static double now_s(void)
@@ -187,7 +210,7 @@ static int cmd_entry(size_t cap)
         printf("launch_ptsz_owner=%s\n", owner((void *)api.launch_ptsz));
     if (api.export_table)
         printf("export_table_owner=%s\n", owner(api.export_table));
-    CUresult r = api.init(0);
+    CUresult r = init_ctx();
     printf("init=%d\n", r);
     CUdeviceptr big = 0, small = 0;
     printf("alloc_over_cap=%d\n", api.alloc(&big, cap + 1));
@@ -209,7 +232,14 @@ static int cmd_entry(size_t cap)
 
 static int cmd_hold(size_t chunk, long max)
 {
-    if (api.init(0) != CUDA_SUCCESS)
+    if (init_ctx() != CUDA_SUCCESS)
+        return 1;
+    /* Start line: every process is initialised before any allocates, so
+     * the allocations really race. */
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (fgets(line, sizeof line, stdin) == NULL)
         return 1;
     static CUdeviceptr ptrs[1 << 16];
     long n = 0;
@@ -237,7 +267,7 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
 {
     if (graph == 2 && api.coop == NULL)
         return 1;
-    if (api.init(0) != CUDA_SUCCESS)
+    if (init_ctx() != CUDA_SUCCESS)
         return 1;
     /* The stub driver reports the kernel time it queued (a GPU-time meter). */
     uint64_t (*busy)(void) = (uint64_t (*)(void))(drv ? dlsym(drv, "stub_busy_ns") : NULL);
@@ -269,7 +299,7 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
 static int cmd_kinds(void)
 {
     void *h = drv;
-    if (api.init(0) != CUDA_SUCCESS || h == NULL)
+    if (init_ctx() != CUDA_SUCCESS || h == NULL)
         return 1;
     /* Through the exported symbols, i.e. libxcuda's wrappers. */
     CUresult (*managed)(CUdeviceptr *, size_t, unsigned) = (void *)dlsym(h, "cuMemAllocManaged");
@@ -322,7 +352,7 @@ static int cmd_kinds(void)
  * parent's reservations by freeing the parent's pointers. */
 static int cmd_fork(void)
 {
-    if (api.init(0) != CUDA_SUCCESS)
+    if (init_ctx() != CUDA_SUCCESS)
         return 1;
     CUdeviceptr p;
     printf("parent_alloc=%d\n", api.alloc(&p, 1 << 20));
@@ -356,7 +386,7 @@ static void on_term(int sig)
 
 static int cmd_sigapp(void)
 {
-    if (api.init(0) != CUDA_SUCCESS)
+    if (init_ctx() != CUDA_SUCCESS)
         return 1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -39,6 +39,39 @@ func startHolder(t *testing.T, h *harness, chunk uint64, max int) *holder {
 	return &holder{cmd: cmd, stdin: in, out: bufio.NewReader(out)}
 }
 
+// startAll makes every holder allocate at (nearly) the same moment.
+func startAll(t *testing.T, ps ...*holder) {
+	t.Helper()
+	for _, p := range ps {
+		p.waitReady(t)
+	}
+	for _, p := range ps {
+		p.start(t)
+	}
+}
+
+// waitReady reads the "ready" line (initialised, waiting for the start).
+func (p *holder) waitReady(t *testing.T) {
+	t.Helper()
+	for {
+		line, err := p.out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("xctest hold ended before it was ready: %v", err)
+		}
+		if strings.TrimSpace(line) == "ready" {
+			return
+		}
+	}
+}
+
+// start lets a ready holder allocate.
+func (p *holder) start(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+		t.Fatalf("start holder: %v", err)
+	}
+}
+
 // waitHeld reads the "held=" line.
 func (p *holder) waitHeld(t *testing.T) {
 	t.Helper()
@@ -66,66 +99,78 @@ func (p *holder) finish(t *testing.T) map[string]string {
 
 // TestMemoryCapRace: 8 processes race to allocate under one cap; together
 // they never exceed it (and fill it exactly), and everything is returned
-// when they free. Without libxcuda the same run exceeds the cap.
+// when they free. Without libxcuda the same run exceeds the cap. Against
+// the stub driver and against gpusim's fake driver.
 func TestMemoryCapRace(t *testing.T) {
 	const (
 		procs = 8
-		chunk = 3 << 20
+		chunk = 192 << 10
 		limit = 64 << 20
 	)
-	for _, preload := range []bool{true, false} {
-		t.Run(fmt.Sprintf("libxcuda=%v", preload), func(t *testing.T) {
-			h := newHarness(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{limit}})
-			h.preload = preload
-			var ps []*holder
-			for range procs {
-				// Without libxcuda each would take the stub's whole 1 GiB;
-				// 8 chunks each is enough to show the cap is exceeded.
-				max := 0
-				if !preload {
-					max = 8
+	for _, driver := range []string{"stub", "gpusim"} {
+		for _, preload := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/libxcuda=%v", driver, preload), func(t *testing.T) {
+				h := newHarness(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{limit}})
+				if driver == "gpusim" {
+					h.useGpusim(t)
+				} else {
+					h.extraEnv = append(h.extraEnv, "STUB_ALLOC_US=50")
 				}
-				ps = append(ps, startHolder(t, h, chunk, max))
-			}
-			var total int64
-			var wg sync.WaitGroup
-			for _, p := range ps {
-				p.waitHeld(t)
-				total += p.held * chunk
-			}
-			peak := h.block.Usage().PeakBytes
-			reservedWhileHeld := h.block.Usage().ReservedBytes
-			for _, p := range ps {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					kv := p.finish(t)
-					if kv["free_errors"] != "0" {
-						t.Errorf("free errors: %v", kv)
+				h.preload = preload
+				var ps []*holder
+				for range procs {
+					// Without libxcuda each would take the whole device;
+					// 64 chunks each are enough to pass the cap.
+					max := 0
+					if !preload {
+						max = 64
 					}
-				}()
-			}
-			wg.Wait()
-			if !preload {
-				if total <= limit {
-					t.Fatalf("control run without libxcuda held %d bytes, expected more than the %d cap (test would prove nothing)", total, limit)
+					ps = append(ps, startHolder(t, h, chunk, max))
 				}
-				return
-			}
-			want := int64(limit / chunk * chunk)
-			if total != want {
-				t.Errorf("processes held %d bytes together, want exactly %d (cap %d, chunk %d)", total, want, limit, chunk)
-			}
-			if len(peak) < 1 || peak[0] > limit {
-				t.Errorf("peak reserved %v exceeds cap %d", peak, limit)
-			}
-			if len(reservedWhileHeld) < 1 || int64(reservedWhileHeld[0]) != total {
-				t.Errorf("reserved counter %v while held, want %d", reservedWhileHeld, total)
-			}
-			if u := h.block.Usage(); len(u.ReservedBytes) != 0 || len(u.Procs) != 0 {
-				t.Errorf("after all freed and exited: reserved %v, procs %+v; want none", u.ReservedBytes, u.Procs)
-			}
-		})
+				startAll(t, ps...)
+				var total int64
+				var wg sync.WaitGroup
+				var held []int64
+				for _, p := range ps {
+					p.waitHeld(t)
+					total += p.held * chunk
+					held = append(held, p.held)
+				}
+				t.Logf("chunks held per process: %v", held)
+				peak := h.block.Usage().PeakBytes
+				reservedWhileHeld := h.block.Usage().ReservedBytes
+				for _, p := range ps {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						kv := p.finish(t)
+						if kv["free_errors"] != "0" {
+							t.Errorf("free errors: %v", kv)
+						}
+					}()
+				}
+				wg.Wait()
+				if !preload {
+					if total <= limit {
+						t.Fatalf("control run without libxcuda held %d bytes, expected more than the %d cap (test would prove nothing)", total, limit)
+					}
+					return
+				}
+				want := int64(limit / chunk * chunk)
+				if total != want {
+					t.Errorf("processes held %d bytes together, want exactly %d (cap %d, chunk %d)", total, want, limit, chunk)
+				}
+				if len(peak) < 1 || peak[0] > limit {
+					t.Errorf("peak reserved %v exceeds cap %d", peak, limit)
+				}
+				if len(reservedWhileHeld) < 1 || int64(reservedWhileHeld[0]) != total {
+					t.Errorf("reserved counter %v while held, want %d", reservedWhileHeld, total)
+				}
+				if u := h.block.Usage(); len(u.ReservedBytes) != 0 || len(u.Procs) != 0 {
+					t.Errorf("after all freed and exited: reserved %v, procs %+v; want none", u.ReservedBytes, u.Procs)
+				}
+			})
+		}
 	}
 }
 
@@ -136,6 +181,7 @@ func TestDeadProcessReservationReclaimed(t *testing.T) {
 	const limit = 8 << 20
 	h := newHarness(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{limit}})
 	a := startHolder(t, h, 1<<20, 0)
+	startAll(t, a)
 	a.waitHeld(t)
 	if a.held != 8 {
 		t.Fatalf("first holder got %d MiB, want 8", a.held)
@@ -146,6 +192,7 @@ func TestDeadProcessReservationReclaimed(t *testing.T) {
 		t.Fatalf("killed process's reservation: %v, want %d still counted", u.ReservedBytes, limit)
 	}
 	b := startHolder(t, h, 1<<20, 0)
+	startAll(t, b)
 	b.waitHeld(t)
 	if b.held != 8 {
 		t.Errorf("second holder got %d MiB after the first was killed, want 8", b.held)
@@ -159,6 +206,7 @@ func TestDeadProcessReservationReclaimed(t *testing.T) {
 func TestMemInfoNeverUnderflows(t *testing.T) {
 	h := newHarness(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{8 << 20}})
 	holder := startHolder(t, h, 1<<20, 4)
+	startAll(t, holder)
 	holder.waitHeld(t)
 	defer holder.finish(t)
 	if err := h.block.SetLimits(ctlblock.Limits{ShareBP: ctlblock.ShareFull, MemoryBytes: []uint64{2 << 20}}); err != nil {
