@@ -45,7 +45,8 @@ type Node struct {
 	Socket string `toml:"socket"`
 	// AllowUIDs may use the API besides root. Peer credentials are checked on every connection.
 	AllowUIDs []int `toml:"allow_uids"`
-	// MetricsAddress serves Prometheus metrics over TCP; empty turns it off.
+	// MetricsAddress serves Prometheus metrics (/metrics) and the read-only node report
+	// for muxmatch (/v1/node) over TCP; empty turns it off.
 	MetricsAddress string `toml:"metrics_address"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`

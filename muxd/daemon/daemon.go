@@ -245,6 +245,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+		// The node report is read-only and holds no secrets: muxmatch reads it here
+		// when it runs elsewhere in the cluster.
+		mux.HandleFunc("GET "+api.Prefix+"/node", func(w http.ResponseWriter, r *http.Request) {
+			d.reply(w, "GET /v1/node (tcp)", http.StatusOK, d.nodeReport(), nil)
+		})
 		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- msrv.Serve(mln) }()
 		d.log.Info("serving metrics", "address", mln.Addr().String())

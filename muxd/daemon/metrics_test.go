@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -45,6 +46,19 @@ func TestMetricsListener(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	resp, err = http.Get("http://" + addr + "/v1/node")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("node report over TCP: %v %v", resp, err)
+	}
+	var rep api.NodeReport
+	json.NewDecoder(resp.Body).Decode(&rep)
+	resp.Body.Close()
+	if rep.Node.Containers != 1 {
+		t.Errorf("node report over TCP: %+v", rep.Node)
+	}
+	if resp, err := http.Post("http://"+addr+"/v1/containers", "application/json", strings.NewReader("{}")); err == nil && resp.StatusCode/100 == 2 {
+		t.Error("the TCP listener accepts writes")
+	}
 	for _, want := range []string{
 		`muxd_containers{class="offline"} 1`,
 		`muxd_api_requests_total{code="201",route="POST /v1/containers"} 1`,
