@@ -60,6 +60,41 @@ cp "$ROOT/packaging/man/muxflow-runtime.8" "$ROOT/packaging/man/muxflow-hook.8" 
 # -n: no name or time stamp inside, so the same input gives the same package.
 gzip -9n "$STAGE"/man/*
 
+# Notices of everything linked into the Go programs: the Go standard library and each
+# module (their BSD and MIT licenses ask that binary copies carry them).
+modcache=$("$GO" env GOMODCACHE)
+notices=$STAGE/third-party-notices.txt
+{
+	echo "Third-party software in the muxflow programs (muxd, muxctl, muxflow-runtime,"
+	echo "muxflow-hook, muxmatch), with the license each is distributed under."
+	echo
+	echo "==> Go standard library and runtime ($("$GO" env GOVERSION))"
+	cat "$("$GO" env GOROOT)/LICENSE"
+} >"$notices"
+for b in muxd muxctl muxflow-runtime muxflow-hook muxmatch; do
+	"$GO" version -m "$BUILD/bin/$b" 2>/dev/null || true
+done | awk -F'\t' '
+	# A "dep" line may be followed by "=>", the replacement actually linked in.
+	function flush() { if (p != "") print p; p = "" }
+	$2 == "dep" { flush(); p = $3 " " $4; next }
+	$2 == "=>" { p = $3 " " $4; next }
+	{ flush() }
+	END { flush() }' |
+	sort -u | sort -k1,1 -u |
+	while read -r mod ver; do
+		# The module cache escapes capitals as "!" + lower case.
+		dir=$modcache/$(printf '%s' "$mod" | sed 's/[A-Z]/!\L&/g')@$ver
+		printf '\n==> %s %s\n' "$mod" "$ver"
+		found=
+		for f in "$dir"/LICENSE* "$dir"/LICENCE* "$dir"/COPYING* "$dir"/NOTICE*; do
+			[ -f "$f" ] || continue
+			cat "$f"
+			found=yes
+		done
+		[ -n "$found" ] || echo "(no license file found in $dir; see https://$mod)"
+	done >>"$notices"
+gzip -9n "$notices"
+
 # The Debian changelog dpkg and lintian expect; one entry naming the version and commit.
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 date=$(date -R -d "@${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}")

@@ -61,7 +61,8 @@ trap cleanup EXIT
 
 # --- Build two versions ---------------------------------------------------------------
 
-DEBARCH=$(go env GOARCH)
+GO=${GO:-go}
+DEBARCH=$("$GO" env GOARCH)
 case $DEBARCH in
 amd64) RPMARCH=x86_64 ;;
 arm64) RPMARCH=aarch64 ;;
@@ -122,12 +123,14 @@ EOF
 		cat <<'EOF'
 -rw-r--r-- /usr/share/doc/muxflow/changelog.Debian.gz
 -rw-r--r-- /usr/share/doc/muxflow/copyright
+-rw-r--r-- /usr/share/doc/muxflow/third-party-notices.txt.gz
 -rw-r--r-- /usr/share/lintian/overrides/muxflow
 EOF
 		;;
 	rpm)
 		cat <<'EOF'
 -rw-r--r-- /usr/share/licenses/muxflow/LICENSE
+-rw-r--r-- /usr/share/licenses/muxflow/third-party-notices.txt.gz
 drwxr-xr-x /etc/muxflow
 drwxr-xr-x /usr/lib/muxflow
 drwxr-xr-x /usr/share/doc/muxflow
@@ -212,7 +215,18 @@ for m in man8/muxd.8 man1/muxctl.1 man1/muxmatch.1 man8/muxflow-runtime.8 man8/m
 	[ -z "$w" ] || fail "man page $m has roff warnings: $w"
 done
 zcat "$T/x/usr/share/man/man8/muxd.8.gz" | grep -q -- '-policy' || fail "muxd.8 does not carry muxd --help (no -policy flag)"
-ok "payload: default policy, units, stripped programs, man pages without roff warnings"
+# Every Go module linked into the programs has its license text in the notices.
+zcat "$T/x/usr/share/doc/muxflow/third-party-notices.txt.gz" >"$T/notices"
+grep -q '^==> Go standard library' "$T/notices" || fail "third-party notices lack the Go standard library"
+for b in muxd muxctl muxflow-runtime muxflow-hook muxmatch; do
+	"$GO" version -m "$BUILD/bin/$b" 2>/dev/null | awk -F'\t' '$2 == "dep" {print $3}'
+done | sort -u >"$T/modules"
+[ -s "$T/modules" ] || fail "go version -m found no modules in the programs"
+while read -r mod; do
+	grep -q "^==> $mod " "$T/notices" || fail "third-party notices lack $mod"
+done <"$T/modules"
+! grep -q '^(no license file found' "$T/notices" || fail "modules without a license text: $(grep -B1 '^(no license file found' "$T/notices" | grep '^==>' | tr '\n' ' ')"
+ok "payload: default policy, units, stripped programs, man pages without roff warnings, notices for all $(wc -l <"$T/modules") Go modules"
 
 # --- The deb on this machine (no systemd as PID 1) ----------------------------------
 
