@@ -13,6 +13,10 @@ extern const char *xc_libcuda_path;
 
 CUresult xc_gpa_v1(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
     __asm__("cuGetProcAddress");
+/* Named through asm so that NVIDIA's CUDA 13 header, which declares
+ * cuCtxCreate_v4 with its CUctxCreateParams type, does not conflict. */
+CUresult xc_ctx_create_v4(CUcontext *pctx, void *params, unsigned int flags, CUdevice dev)
+    __asm__("cuCtxCreate_v4");
 
 #define HOOK(sym, wrapper, field) {sym, (void *)(wrapper), (void **)&xc_real.field}
 
@@ -22,6 +26,7 @@ const struct xc_hook xc_hooks[] = {
     HOOK("cuGetProcAddress_v2", cuGetProcAddress_v2, cuGetProcAddress_v2),
     HOOK("cuCtxCreate_v2", cuCtxCreate_v2, cuCtxCreate),
     HOOK("cuCtxCreate_v3", cuCtxCreate_v3, cuCtxCreate_v3),
+    HOOK("cuCtxCreate_v4", xc_ctx_create_v4, cuCtxCreate_v4),
     HOOK("cuCtxDestroy_v2", cuCtxDestroy_v2, cuCtxDestroy),
     HOOK("cuMemGetInfo_v2", cuMemGetInfo_v2, cuMemGetInfo),
     HOOK("cuMemAlloc_v2", cuMemAlloc_v2, cuMemAlloc),
@@ -245,6 +250,18 @@ XC_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, 
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = real(pctx, params, n, flags, dev);
+    if (r == CUDA_SUCCESS && pctx != NULL)
+        xc_track_context(*pctx, 1);
+    return r;
+}
+
+XC_EXPORT CUresult xc_ctx_create_v4(CUcontext *pctx, void *params, unsigned int flags,
+                                    CUdevice dev)
+{
+    __typeof__(xc_real.cuCtxCreate_v4) real = XC_REAL(cuCtxCreate_v4);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = real(pctx, params, flags, dev);
     if (r == CUDA_SUCCESS && pctx != NULL)
         xc_track_context(*pctx, 1);
     return r;

@@ -56,6 +56,7 @@ static void do_resolve(void)
     GET(cuCtxSynchronize, "cuCtxSynchronize");
     GET(cuCtxCreate, "cuCtxCreate_v2");
     GET(cuCtxCreate_v3, "cuCtxCreate_v3");
+    GET(cuCtxCreate_v4, "cuCtxCreate_v4");
     GET(cuCtxDestroy, "cuCtxDestroy_v2");
     GET(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
     GET(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");

@@ -79,6 +79,8 @@ struct xc_real {
     CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuCtxCreate)(CUcontext *, unsigned, CUdevice);
     CUresult (*cuCtxCreate_v3)(CUcontext *, CUexecAffinityParam *, int, unsigned, CUdevice);
+    /* CUDA 12.5+: the parameters struct is passed through untouched. */
+    CUresult (*cuCtxCreate_v4)(CUcontext *, void *, unsigned, CUdevice);
     CUresult (*cuCtxDestroy)(CUcontext);
     CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned *, int *);
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);

@@ -13,7 +13,7 @@ case "$(uname -m)" in
 esac
 need "dlsym GLIBC_2.34"
 need "dlsym ($base)"
-for s in cuInit cuGetProcAddress cuGetProcAddress_v2 cuCtxCreate_v2 cuCtxCreate_v3 cuCtxDestroy_v2 \
+for s in cuInit cuGetProcAddress cuGetProcAddress_v2 cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy_v2 \
          cuMemGetInfo_v2 cuMemAlloc_v2 cuMemAllocPitch_v2 cuMemAllocManaged cuMemFree_v2 \
          cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz \
          cuMemFreeAsync cuMemFreeAsync_ptsz cuMemCreate cuMemRelease cuArrayCreate_v2 \
