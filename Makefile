@@ -21,7 +21,7 @@ build: go-build c-build
 
 go-build:
 	@mkdir -p $(BUILD)/bin
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BUILD)/bin/ $$($(GO) list ./... | grep '/cmd/')
+	$(GO) build -buildmode=pie -ldflags '$(LDFLAGS)' -o $(BUILD)/bin/ $$($(GO) list ./... | grep '/cmd/')
 
 c-build:
 	@for d in $(C_PARTS); do $(MAKE) -C $$d all BUILD=$(BUILD) || exit 1; done
@@ -55,6 +55,10 @@ lint:
 
 demo: build
 	./tests/demo.sh
+
+# package builds dist/muxflow_*.deb and dist/muxflow-*.rpm (see packaging/README.md).
+package: build
+	$(MAKE) -C packaging package
 
 clean:
 	rm -rf $(BUILD) dist

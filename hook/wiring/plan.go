@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/policy"
@@ -50,6 +51,9 @@ func (pl Plan) Modifiers() (List, error) {
 	}
 	if p.Hook.FailClosed {
 		env[EnvFailPolicy] = "closed"
+	}
+	if c.Class == api.Offline {
+		env[EnvDrainTimeout] = strconv.Itoa(drainTimeout(p.Evict.Grace.D()))
 	}
 	switch {
 	case ctl.Limits != "" && ctl.Usage != "":
@@ -144,4 +148,10 @@ func relWithin(path, dir string) (string, bool) {
 		return "", false
 	}
 	return rel, true
+}
+
+// drainTimeout is one second less than the eviction grace period, in whole seconds, at
+// least 1.
+func drainTimeout(grace time.Duration) int {
+	return max(1, int((grace-time.Second)/time.Second))
 }

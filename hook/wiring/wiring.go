@@ -39,9 +39,13 @@ const (
 	// EnvControlBlock tells libxcuda the directory of its control block.
 	EnvControlBlock = "XCUDA_CONTROL_BLOCK"
 	// EnvFailPolicy is "closed" when libxcuda must refuse GPU work without a control block.
-	EnvFailPolicy  = "XCUDA_FAIL_POLICY"
-	EnvContainerID = "MUXFLOW_CONTAINER_ID"
-	EnvClass       = "MUXFLOW_CLASS"
+	EnvFailPolicy = "XCUDA_FAIL_POLICY"
+	// EnvDrainTimeout bounds libxcuda's drain after SIGTERM (whole seconds); it is set
+	// below the eviction grace period so that a drain on a hung GPU ends with the
+	// signal's own action rather than muxd's SIGKILL.
+	EnvDrainTimeout = "XCUDA_DRAIN_TIMEOUT"
+	EnvContainerID  = "MUXFLOW_CONTAINER_ID"
+	EnvClass        = "MUXFLOW_CLASS"
 )
 
 // Modifier is one change to a spec.

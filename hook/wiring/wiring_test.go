@@ -76,6 +76,7 @@ func TestPlanWiresContainer(t *testing.T) {
 		"MUXFLOW_CLASS=offline",
 		"MUXFLOW_CONTAINER_ID=c1",
 		"XCUDA_CONTROL_BLOCK=/run/muxflow/ctl",
+		"XCUDA_DRAIN_TIMEOUT=9",
 		"XCUDA_FAIL_POLICY=closed",
 	}
 	if diff := cmp.Diff(wantEnv, s.Process.Env); diff != "" {
@@ -113,7 +114,7 @@ func TestPlanDirectoryOnlyIsReadOnly(t *testing.T) {
 		t.Errorf("control directory not mounted read-only: %+v", s.Mounts)
 	}
 	for _, kv := range s.Process.Env {
-		if strings.HasPrefix(kv, EnvThreadPercent+"=") || strings.HasPrefix(kv, EnvFailPolicy+"=") {
+		if strings.HasPrefix(kv, EnvThreadPercent+"=") || strings.HasPrefix(kv, EnvFailPolicy+"=") || strings.HasPrefix(kv, EnvDrainTimeout+"=") {
 			t.Errorf("online container at 100%% needs no %s", kv)
 		}
 	}
