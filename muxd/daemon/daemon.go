@@ -116,7 +116,8 @@ func New(opts Options) (*Daemon, error) {
 				PinnedMemLimit:         uint64(p.MPS.DefaultPinnedMemory),
 				Devices:                len(gpus),
 			},
-			Log: d.log.With("part", "mps"),
+			Log:        d.log.With("part", "mps"),
+			KeepOnExit: true,
 		}
 	}
 	if opts.NVML != nil {

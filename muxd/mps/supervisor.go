@@ -35,6 +35,10 @@ type Supervisor struct {
 	// OnRestart is called after each restart with the reason (for the error handler:
 	// clients of the old servers have lost their GPU context).
 	OnRestart func(reason string)
+	// KeepOnExit leaves the control daemon running when Run returns, so that a restart
+	// or upgrade of muxd does not take the MPS servers (and every GPU client) down; the
+	// next muxd adopts it.
+	KeepOnExit bool
 
 	restarts atomic.Int64
 	healthy  atomic.Bool
@@ -141,10 +145,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		first = false
 		backoff = 100 * time.Millisecond
 		reason := s.watch(ctx, exited, period)
-		s.stop(cmd, exited)
 		if ctx.Err() != nil {
+			if s.KeepOnExit {
+				s.Log.Info("leaving the MPS control daemon running for the next muxd", "pid", cmd.Process.Pid)
+			} else {
+				s.stop(cmd, exited)
+			}
 			return nil
 		}
+		s.stop(cmd, exited)
 		s.Log.Warn("MPS control daemon lost, restarting", "reason", reason)
 	}
 	return nil

@@ -140,3 +140,30 @@ func TestControlCommands(t *testing.T) {
 		t.Error("garbage accepted as pids")
 	}
 }
+
+func TestSupervisorKeepOnExit(t *testing.T) {
+	c := fakeControl(t)
+	s := &Supervisor{Control: c, KeepOnExit: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Period: 50 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	eventually(t, "start", 5*time.Second, s.Healthy)
+	pid := daemonPID(t, c)
+	cancel()
+	<-done
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatal("the control daemon was stopped with the supervisor although KeepOnExit is set")
+	}
+	// The next supervisor adopts it.
+	s2 := &Supervisor{Control: c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Period: 50 * time.Millisecond}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan error)
+	go func() { done2 <- s2.Run(ctx2) }()
+	eventually(t, "adoption", 5*time.Second, s2.Healthy)
+	if daemonPID(t, c) != pid {
+		t.Error("the next supervisor replaced the daemon instead of adopting it")
+	}
+	cancel2()
+	<-done2
+}

@@ -380,3 +380,26 @@ func TestNodeReportForTheMatcher(t *testing.T) {
 	}
 	t.Logf("co-location: online %.2f, offline %.2f of solo speed; offline solo util %.0f%%", c.ANormTput, c.BNormTput, c.B.GPUUtil)
 }
+
+// TestMuxdRestartKeepsMPS: a restart of muxd (an upgrade, systemctl restart) must not take
+// the MPS servers away from running GPU work.
+func TestMuxdRestartKeepsMPS(t *testing.T) {
+	n := startNode(t, "")
+	ctx := context.Background()
+	on := n.infer("svc", 4)
+	time.Sleep(500 * time.Millisecond)
+	n.muxd.Process.Signal(syscall.SIGTERM)
+	n.muxd.Wait()
+	if _, err := n.sim.MPSCommand(ctx, "get_server_list"); err != nil {
+		t.Fatalf("the MPS control daemon stopped with muxd: %v", err)
+	}
+	n.startMuxd()
+	n.waitFor("MPS adopted", 5*time.Second, func() bool {
+		i, err := n.client.Node(ctx)
+		return err == nil && i.MPS.State == "running" && i.MPS.Restarts == 0
+	})
+	<-on.done
+	if !strings.Contains(on.out.String(), `"errors":0`) {
+		t.Errorf("the online service saw errors across the muxd restart: %s", on.out.String())
+	}
+}
