@@ -26,7 +26,7 @@ type testNode struct {
 	stop                func()
 }
 
-func writePolicy(t *testing.T, dir, extra string) string {
+func writePolicy(t testing.TB, dir, extra string) string {
 	t.Helper()
 	p := filepath.Join(dir, "policy.toml")
 	text := fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\n[mps]\nenabled = false\n%s",
@@ -38,7 +38,7 @@ func writePolicy(t *testing.T, dir, extra string) string {
 }
 
 // startNode runs a real muxd (in-process) on a temp socket and state directory.
-func startNode(t *testing.T, dir string) *testNode {
+func startNode(t testing.TB, dir string) *testNode {
 	t.Helper()
 	pol := writePolicy(t, dir, "")
 	d, err := New(Options{PolicyPath: pol, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -60,7 +60,7 @@ func startNode(t *testing.T, dir string) *testNode {
 	return n
 }
 
-func waitReady(t *testing.T, c *client.Client) {
+func waitReady(t testing.TB, c *client.Client) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
