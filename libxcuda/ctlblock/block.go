@@ -99,7 +99,13 @@ type Usage struct {
 	GPUTime   time.Duration
 	InFlight  uint32
 	// OOMDenials counts allocations refused at the memory cap.
-	OOMDenials    uint32
+	OOMDenials uint32
+	// StickyErrors counts context-destroying errors the driver returned to the
+	// container's processes (seen at synchronisation); LastSticky is the latest
+	// CUresult and LastStickyAt when it was seen.
+	StickyErrors  uint32
+	LastSticky    uint32
+	LastStickyAt  time.Time
 	ReservedBytes []uint64
 	PeakBytes     []uint64
 	Procs         []ProcUsage
@@ -238,6 +244,9 @@ func (b *Block) Usage() Usage {
 		GPUTime:       time.Duration(atomic.LoadUint64(&u.GPUTimeNS)),
 		InFlight:      atomic.LoadUint32(&u.InFlight),
 		OOMDenials:    atomic.LoadUint32(&u.OOMDenials),
+		StickyErrors:  atomic.LoadUint32(&u.StickyErrors),
+		LastSticky:    atomic.LoadUint32(&u.LastSticky),
+		LastStickyAt:  unixNano(atomic.LoadUint64(&u.LastStickyNS)),
 		ReservedBytes: make([]uint64, MaxDevices),
 		PeakBytes:     make([]uint64, MaxDevices),
 	}

@@ -69,6 +69,9 @@ type rawUsage struct {
 	OOMDenials     uint32             `c:"oom_denials"`
 	ReservedBytes  [MaxDevices]uint64 `c:"reserved_bytes"`
 	PeakBytes      [MaxDevices]uint64 `c:"peak_bytes"`
-	Reserved       [16]uint64         `c:"reserved"`
+	StickyErrors   uint32             `c:"sticky_errors"`
+	LastSticky     uint32             `c:"last_sticky"`
+	LastStickyNS   uint64             `c:"last_sticky_ns"`
+	Reserved       [14]uint64         `c:"reserved"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
 }

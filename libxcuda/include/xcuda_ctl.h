@@ -91,7 +91,13 @@ typedef struct xcuda_usage {
     uint32_t oom_denials;      /* allocations refused at the cap */
     uint64_t reserved_bytes[XCUDA_MAX_DEVICES]; /* the CAS counters, per device */
     uint64_t peak_bytes[XCUDA_MAX_DEVICES];
-    uint64_t reserved[16];
+    /* Sticky (context-destroying) errors the driver returned to any process of the
+     * container, seen at synchronisation: muxd attributes them to the GPU and runs the
+     * node side of the error handling. */
+    uint32_t sticky_errors;    /* how many */
+    uint32_t last_sticky;      /* the latest CUresult */
+    uint64_t last_sticky_ns;   /* CLOCK_REALTIME ns when it was seen */
+    uint64_t reserved[14];
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
 

@@ -299,5 +299,6 @@ __attribute__((constructor)) static void xc_init(void)
 
 __attribute__((destructor)) static void xc_fini(void)
 {
+    xc_sticky_check_at_exit();
     xc_release_slot();
 }

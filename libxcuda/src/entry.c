@@ -54,6 +54,10 @@ const struct xc_hook xc_hooks[] = {
          cuLaunchCooperativeKernel_ptsz),
     HOOK("cuGraphLaunch", cuGraphLaunch, cuGraphLaunch),
     HOOK("cuGraphLaunch_ptsz", cuGraphLaunch_ptsz, cuGraphLaunch_ptsz),
+    HOOK("cuCtxSynchronize", cuCtxSynchronize, cuCtxSynchronize),
+    HOOK("cuStreamSynchronize", cuStreamSynchronize, cuStreamSynchronize),
+    HOOK("cuStreamSynchronize_ptsz", cuStreamSynchronize_ptsz, cuStreamSynchronize_ptsz),
+    HOOK("cuEventSynchronize", cuEventSynchronize, cuEventSynchronize),
 };
 const size_t xc_nhooks = sizeof xc_hooks / sizeof xc_hooks[0];
 
@@ -91,6 +95,9 @@ static const struct gpa_name gpa_names[] = {
     {"cuLaunchCooperativeKernel", 0, "cuLaunchCooperativeKernel",
      "cuLaunchCooperativeKernel_ptsz"},
     {"cuGraphLaunch", 0, "cuGraphLaunch", "cuGraphLaunch_ptsz"},
+    {"cuCtxSynchronize", 0, "cuCtxSynchronize", NULL},
+    {"cuStreamSynchronize", 0, "cuStreamSynchronize", "cuStreamSynchronize_ptsz"},
+    {"cuEventSynchronize", 0, "cuEventSynchronize", NULL},
 };
 
 static void *wrap_proc(const char *symbol, void *fn, int cudaVersion, cuuint64_t flags)

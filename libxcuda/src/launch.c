@@ -16,7 +16,7 @@
         if ((xc_tls_launches & XC_FLUSH_MASK) == 0)                           \
             xc_flush_launches();                                              \
         if (xc_gate_open() || xc_tls_inside)                                  \
-            return real_ args;                                                \
+            return xc_note_sticky(real_ args);                                \
         struct xc_ticket t_;                                                  \
         CUresult g_ = xc_gate_slow((stream), &t_);                            \
         if (g_ != CUDA_SUCCESS)                                               \
@@ -25,7 +25,7 @@
         CUresult r_ = real_ args;                                             \
         xc_tls_inside = 0;                                                    \
         xc_gate_done((stream), &t_, r_);                                      \
-        return r_;                                                            \
+        return xc_note_sticky(r_);                                            \
     }                                                                         \
     XC_EXPORT CUresult name params                                            \
     {                                                                         \

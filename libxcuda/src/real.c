@@ -68,6 +68,9 @@ static void do_resolve(void)
     GET(cuEventRecord, "cuEventRecord");
     GET(cuEventQuery, "cuEventQuery");
     GET(cuEventSynchronize, "cuEventSynchronize");
+    GET(cuStreamSynchronize, "cuStreamSynchronize");
+    GET(cuStreamSynchronize_ptsz, "cuStreamSynchronize_ptsz");
+    GET(cuStreamQuery, "cuStreamQuery");
     GET(cuEventElapsedTime, "cuEventElapsedTime");
     GET(cuMemGetInfo, "cuMemGetInfo_v2");
     GET(cuMemAlloc, "cuMemAlloc_v2");

@@ -45,6 +45,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
                                         unsigned int bz, unsigned int shmem, CUstream s,
                                         void **params);
 CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
+CUresult cuStreamSynchronize_ptsz(CUstream s);
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream hStream);
@@ -92,6 +93,9 @@ struct xc_real {
     CUresult (*cuEventRecord)(CUevent, CUstream);
     CUresult (*cuEventQuery)(CUevent);
     CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuStreamSynchronize_ptsz)(CUstream);
+    CUresult (*cuStreamQuery)(CUstream);
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*cuMemGetInfo)(size_t *, size_t *);
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
@@ -176,6 +180,13 @@ void xc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * counting twice or taking the gate's lock again. */
 extern _Thread_local int xc_tls_inside __attribute__((tls_model("initial-exec")));
 #define XC_PASS() (xc.use == NULL || xc_tls_inside)
+
+/* ---- sticky.c ---- */
+/* Records r in the usage block if it is a context-destroying error. */
+CUresult xc_note_sticky(CUresult r);
+/* At exit: a program that stopped at its first error (from a launch, say) has not
+ * synchronised since; one non-blocking query of its context reports the error. */
+void xc_sticky_check_at_exit(void);
 
 /* ---- mem.c ---- */
 void xc_mem_atfork_child(void);

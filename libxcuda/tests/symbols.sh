@@ -19,7 +19,8 @@ for s in cuInit cuGetProcAddress cuGetProcAddress_v2 cuCtxCreate_v2 cuCtxCreate_
          cuMemFreeAsync cuMemFreeAsync_ptsz cuMemCreate cuMemRelease cuArrayCreate_v2 \
          cuArray3DCreate_v2 cuArrayDestroy cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx \
          cuLaunchKernelEx_ptsz cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz \
-         cuGraphLaunch cuGraphLaunch_ptsz sigaction signal; do
+         cuGraphLaunch cuGraphLaunch_ptsz cuCtxSynchronize cuStreamSynchronize \
+         cuStreamSynchronize_ptsz cuEventSynchronize sigaction signal; do
   need "$s XCUDA_1"
 done
 if grep -q "cuGetExportTable" <<<"$syms"; then echo "symbols.sh: cuGetExportTable must not be exported"; fail=1; fi

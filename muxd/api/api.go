@@ -125,7 +125,9 @@ type Usage struct {
 	Throttled     time.Duration `json:"throttled_ns"`
 	InFlight      uint32        `json:"inflight"`
 	OOMDenials    uint32        `json:"oom_denials"`
-	Processes     int           `json:"processes"`
+	// StickyErrors counts context-destroying CUDA errors the container's processes saw.
+	StickyErrors uint32 `json:"sticky_errors,omitempty"`
+	Processes    int    `json:"processes"`
 	// SharePercent is the GPU-time share muxd currently allows (100 = not throttled).
 	SharePercent float64   `json:"share_percent"`
 	Paused       bool      `json:"paused,omitempty"`

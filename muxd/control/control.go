@@ -129,6 +129,7 @@ func (m *Manager) Usage(id string) *api.Usage {
 		GPUTime:      u.GPUTime,
 		InFlight:     u.InFlight,
 		OOMDenials:   u.OOMDenials,
+		StickyErrors: u.StickyErrors,
 		Processes:    len(u.Procs),
 		SharePercent: float64(l.ShareBP) / 100,
 		Paused:       l.Paused,

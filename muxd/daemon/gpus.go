@@ -114,6 +114,7 @@ func (d *Daemon) setupGPUs() error {
 	if d.mps != nil {
 		g.MPS = d.mps
 	}
+	g.OnSticky = func(gpu string, c api.Container) { d.metrics.sticky.WithLabelValues(gpu, string(c.Class)).Inc() }
 	d.mon, d.guard = mon, g
 	if p.MPS.Enabled {
 		d.setComputeMode()

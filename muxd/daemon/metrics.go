@@ -12,6 +12,7 @@ type metrics struct {
 	requests  *prometheus.CounterVec
 	reloads   *prometheus.CounterVec
 	evictions *prometheus.CounterVec
+	sticky    *prometheus.CounterVec
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -26,6 +27,9 @@ func newMetrics(d *Daemon) *metrics {
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "muxd_evictions_total", Help: "Offline containers evicted, by GPU and result (ok, failed).",
 		}, []string{"gpu", "result"}),
+		sticky: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "muxd_sticky_errors_total", Help: "Containers whose GPU context died (a sticky CUDA error reported by libxcuda), by GPU and class.",
+		}, []string{"gpu", "class"}),
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "muxd_build_info", Help: "Always 1; the version label says which muxd runs.",
@@ -46,7 +50,7 @@ func newMetrics(d *Daemon) *metrics {
 			return float64(n)
 		}))
 	}
-	m.reg.MustRegister(m.requests, m.reloads, m.evictions, info,
+	m.reg.MustRegister(m.requests, m.reloads, m.evictions, m.sticky, info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -62,6 +62,8 @@ type Guard struct {
 	Owner func(pid int, inits map[int]string) (string, bool)
 	// Profiler, when set, receives each period's per-container measurements.
 	Profiler *profiler.Profiler
+	// OnSticky, when set, is told of each container that reported a sticky error.
+	OnSticky func(gpu string, c api.Container)
 
 	mu        sync.Mutex
 	allocs    map[string]*alloc.GPU
@@ -70,7 +72,10 @@ type Guard struct {
 	launches  map[string]uint64 // container id -> launches at the previous step
 	lastStep  time.Time
 	decisions map[string]alloc.Decision
-	handling  map[string]bool // GPUs with an eviction or fault handling under way
+	handling  map[string]bool   // GPUs with an eviction or fault handling under way
+	sticky    map[string]uint32 // container id -> sticky errors seen at the previous step
+	// restartAsked: a handling under way on the GPU must restart MPS when done.
+	restartAsked map[string]bool
 }
 
 // Status is the guard's view of one GPU, for the API.
@@ -119,7 +124,8 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 	g.mu.Lock()
 	if g.allocs == nil {
 		g.allocs, g.lastState, g.launches = map[string]*alloc.GPU{}, map[string]monitor.State{}, map[string]uint64{}
-		g.decisions, g.handling = map[string]alloc.Decision{}, map[string]bool{}
+		g.decisions, g.handling, g.sticky = map[string]alloc.Decision{}, map[string]bool{}, map[string]uint32{}
+		g.restartAsked = map[string]bool{}
 	}
 	cfg := AllocConfig(p)
 	if cfg != g.allocCfg {
@@ -209,6 +215,7 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 	for id, s := range shares {
 		g.apply(id, s, paused[id])
 	}
+	g.stickyErrors(ctx, views, p)
 	if g.Profiler != nil {
 		obs := make([]profiler.GPUObservation, 0, len(views))
 		for _, v := range views {
@@ -266,14 +273,19 @@ func (g *Guard) onTransition(ctx context.Context, v gpuView, prev monitor.State,
 	uuid := v.status.UUID
 	switch v.status.State {
 	case monitor.Unhealthy:
-		g.evictAsync(ctx, v, "GPU unhealthy: "+v.status.Reason.Text, p, false)
+		g.evictAsync(ctx, v, "GPU unhealthy: "+v.status.Reason.Text, p, handling{})
 	case monitor.Faulted:
 		var online []string
 		for _, c := range v.online {
 			online = append(online, c.ID)
 		}
 		g.Log.Error("GPU faulted: running error handling", "gpu", uuid, "reason", v.status.Reason.Text, "online_containers", online)
-		g.evictAsync(ctx, v, "GPU faulted: "+v.status.Reason.Text, p, true)
+		// Restarting MPS takes every client of the GPU down with it, online ones
+		// included. Only a reset-class fault (the GPU needs a reset; every context on
+		// it is lost anyway) justifies it; an application fault is handled by
+		// removing the offline work.
+		reset := v.status.LastFault != nil && v.status.LastFault.Class == monitor.FaultReset
+		g.evictAsync(ctx, v, "GPU faulted: "+v.status.Reason.Text, p, handling{restartMPS: reset, clearFault: true})
 	default:
 		if prev != "" {
 			g.Log.Info("GPU state", "gpu", uuid, "from", prev, "to", v.status.State)
@@ -281,43 +293,83 @@ func (g *Guard) onTransition(ctx context.Context, v gpuView, prev monitor.State,
 	}
 }
 
-func (g *Guard) evictAsync(ctx context.Context, v gpuView, reason string, p *policy.Policy, fault bool) {
+// handling says what to do after evicting a GPU's offline work.
+type handling struct {
+	restartMPS bool // restart the MPS control daemon and its servers
+	clearFault bool // tell the monitor the error handler ran
+}
+
+func (g *Guard) evictAsync(ctx context.Context, v gpuView, reason string, p *policy.Policy, then handling) {
 	uuid := v.status.UUID
 	g.mu.Lock()
 	if g.handling[uuid] {
+		// One handling per GPU at a time; a restart asked for meanwhile is done by it.
+		g.restartAsked[uuid] = g.restartAsked[uuid] || then.restartMPS
 		g.mu.Unlock()
 		return
 	}
 	g.handling[uuid] = true
+	g.restartAsked[uuid] = then.restartMPS
 	g.mu.Unlock()
 	var targets []evict.Target
 	for _, c := range v.offline {
 		targets = append(targets, evict.Target{ID: c.ID, Namespace: c.Namespace, PID: c.PID, Pod: c.Pod})
 	}
 	grace := p.Evict.Grace.D()
-	// Restarting MPS takes every client of the GPU down with it, online ones included.
-	// Only a reset-class fault (the GPU needs a reset; every context on it is lost
-	// anyway) justifies it; an application fault is handled by removing the offline work.
-	restart := fault && p.Errors.RestartMPS && v.status.LastFault != nil && v.status.LastFault.Class == monitor.FaultReset
 	go func() {
-		defer func() {
-			g.mu.Lock()
-			delete(g.handling, uuid)
-			g.mu.Unlock()
-		}()
 		if err := g.Evictor.Evict(ctx, uuid, reason, grace, targets); err != nil {
 			g.Log.Error("eviction incomplete", "gpu", uuid, "err", err)
 		}
-		if !fault {
-			return
+		g.mu.Lock()
+		restart := g.restartAsked[uuid]
+		delete(g.handling, uuid)
+		delete(g.restartAsked, uuid)
+		g.mu.Unlock()
+		if restart && p.Errors.RestartMPS && g.MPS != nil {
+			g.MPS.Restart("GPU " + uuid + ": " + reason)
 		}
-		if restart && g.MPS != nil {
-			g.MPS.Restart("GPU " + uuid + " needs a reset: " + reason)
-		}
-		if err := g.Monitor.ClearFault(uuid); err != nil {
-			g.Log.Error("cannot clear the GPU's fault", "gpu", uuid, "err", err)
+		if then.clearFault {
+			if err := g.Monitor.ClearFault(uuid); err != nil {
+				g.Log.Error("cannot clear the GPU's fault", "gpu", uuid, "err", err)
+			}
 		}
 	}()
+}
+
+// stickyErrors looks for context-destroying errors the containers' libxcuda reported
+// since the last step. An offline container's own context died: it is evicted. An
+// online container's died: under MPS that is the mark of a fault spread through the
+// shared server (a client killed mid-kernel, a kernel fault of a neighbour), so the
+// GPU's offline work is evicted and, once it is gone, the MPS server restarted — it
+// refuses new clients until every client of the faulted one has exited.
+func (g *Guard) stickyErrors(ctx context.Context, views []gpuView, p *policy.Policy) {
+	for _, v := range views {
+		for _, c := range append(append([]api.Container(nil), v.online...), v.offline...) {
+			b := g.Blocks.Block(c.ID)
+			if b == nil {
+				continue
+			}
+			u := b.Usage()
+			g.mu.Lock()
+			prev, seen := g.sticky[c.ID]
+			g.sticky[c.ID] = u.StickyErrors
+			g.mu.Unlock()
+			if !seen || u.StickyErrors == prev {
+				continue
+			}
+			g.Log.Error("a container's GPU context died", "id", c.ID, "class", c.Class, "gpu", v.status.UUID,
+				"cuda_error", u.LastSticky, "errors", u.StickyErrors-prev, "at", u.LastStickyAt)
+			if g.OnSticky != nil {
+				g.OnSticky(v.status.UUID, c)
+			}
+			reason := fmt.Sprintf("%s container %s saw CUDA error %d", c.Class, c.ID, u.LastSticky)
+			if c.Class == api.Online {
+				g.evictAsync(ctx, v, reason, p, handling{restartMPS: true})
+			} else {
+				g.evictAsync(ctx, gpuView{status: v.status, offline: []api.Container{c}}, reason, p, handling{})
+			}
+		}
+	}
 }
 
 // apply writes a new share into an offline container's control block, keeping every

@@ -403,3 +403,37 @@ func TestMuxdRestartKeepsMPS(t *testing.T) {
 		t.Errorf("the online service saw errors across the muxd restart: %s", on.out.String())
 	}
 }
+
+// TestStickyErrorSpreadThroughMPSIsHandled: a fault in the offline client of an MPS
+// server spreads to the online client of the same server (MPS semantics). The online
+// container's libxcuda reports the sticky error through its control block; muxd
+// attributes it to the GPU, evicts the offline work and restarts the MPS server, which
+// would otherwise refuse new clients — an application-class Xid alone never restarts it.
+func TestStickyErrorSpreadThroughMPSIsHandled(t *testing.T) {
+	n := startNode(t, "")
+	ctx := context.Background()
+	on := n.infer("svc", 30)
+	tr := n.train("job", 30)
+	n.waitFor("both running", 5*time.Second, func() bool {
+		p, ok, _ := n.sim.Process(ctx, 0, tr.cmd.Process.Pid)
+		q, ok2, _ := n.sim.Process(ctx, 0, on.cmd.Process.Pid)
+		return ok && ok2 && p.Launches > 100 && q.Launches > 100
+	})
+	// A kernel fault in the offline job (Xid 31, MMU fault): under MPS every client of
+	// its server loses its context.
+	if err := n.sim.InjectFault(ctx, simclient.Fault{Device: 0, Xid: 31, PID: tr.cmd.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitFor("MPS restarted after the online client's error", 10*time.Second, func() bool {
+		i, err := n.client.Node(ctx)
+		return err == nil && i.MPS.Restarts >= 1 && i.MPS.State == "running"
+	})
+	<-on.done
+	if !strings.Contains(on.out.String(), `"first_error":"CUDA_ERROR_`) {
+		t.Errorf("the online process saw no error, so the test proves nothing: %s", on.out.String())
+	}
+	data, _ := os.ReadFile(filepath.Join(n.dir, "muxd.log"))
+	if !strings.Contains(string(data), `"msg":"a container's GPU context died","part":"guard","id":"svc"`) {
+		t.Errorf("muxd did not attribute the online container's error:\n%s", tail(string(data), 20))
+	}
+}
