@@ -30,7 +30,7 @@ func TestClassify(t *testing.T) {
 		{"memory garbage", map[string]string{"muxflow.io/gpu-memory": "lots"}, "", api.Limits{}, "annotation muxflow.io/gpu-memory"},
 		{"memory zero", map[string]string{"muxflow.io/gpu-memory": "0"}, "", api.Limits{}, "annotation muxflow.io/gpu-memory"},
 		{"memory huge value", map[string]string{"muxflow.io/gpu-memory": strings.Repeat("9", 100000)}, "", api.Limits{}, "100000 bytes long"},
-		{"sm above class", map[string]string{"muxflow.io/sm-percent": "95"}, "", api.Limits{}, "95% is outside the offline class's range 5%..90%"},
+		{"sm above class", map[string]string{"muxflow.io/sm-percent": "95"}, "", api.Limits{}, "95% is outside the offline class's range 5%..70%"},
 		{"sm fraction", map[string]string{"muxflow.io/sm-percent": "0.3"}, "", api.Limits{}, "annotation muxflow.io/sm-percent"},
 		{"online sm below floor", map[string]string{"muxflow.io/class": "online", "muxflow.io/sm-percent": "20"}, "", api.Limits{}, "outside the online class's range 50%..100%"},
 	} {

@@ -32,7 +32,7 @@ func TestInitialLimits(t *testing.T) {
 		{"online without annotations runs unthrottled", ctr("a", api.Online, api.Limits{}),
 			ctlblock.Limits{ShareBP: ctlblock.ShareFull}},
 		{"offline defaults to the class ceiling", ctr("b", api.Offline, api.Limits{}),
-			ctlblock.Limits{ShareBP: 9000, MPSActiveThreadPercent: 90}},
+			ctlblock.Limits{ShareBP: 7000, MPSActiveThreadPercent: 70}},
 		{"offline with annotations", ctr("c", api.Offline, api.Limits{GPUMemory: 8 << 30, SMPercent: 30}),
 			ctlblock.Limits{ShareBP: 3000, MPSActiveThreadPercent: 30, MemoryBytes: capAll(8 << 30)}},
 		{"online with an SM cap keeps its full time share", ctr("d", api.Online, api.Limits{SMPercent: 60}),

@@ -130,12 +130,13 @@ func TestOfflineShareFollowsOnlineLoad(t *testing.T) {
 		running("batch", api.Offline, 300, "GPU-b"),
 	)
 	now := time.Now()
+	f.mon.set(0, monitor.Healthy, 40)
 	f.g.Step(context.Background(), now)
-	if s, _ := f.share("train"); s < 0.69 || s > 0.71 {
-		t.Errorf("online at 20%%: offline share %v, want 0.7 (1 - 0.2 - 10%% headroom)", s)
+	if s, _ := f.share("train"); s < 0.49 || s > 0.51 {
+		t.Errorf("online at 40%%: offline share %v, want 0.5 (1 - 0.4 - 10%% headroom)", s)
 	}
-	if s, _ := f.share("batch"); s < 0.89 || s > 0.91 {
-		t.Errorf("GPU without online work: share %v, want the class ceiling 0.9", s)
+	if s, _ := f.share("batch"); s < 0.69 || s > 0.71 {
+		t.Errorf("GPU without online work: share %v, want the class ceiling 0.7", s)
 	}
 	if s, _ := f.share("svc"); s != 1 {
 		t.Errorf("online container was throttled: %v", s)
