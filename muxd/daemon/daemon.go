@@ -157,9 +157,6 @@ func (d *Daemon) setPolicy(lp *loadedPolicy) {
 
 func (d *Daemon) policy() *policy.Policy { return d.pol.Load().p }
 
-// Policy returns the policy in force (it may change on reload; do not keep it long).
-func (d *Daemon) Policy() *policy.Policy { return d.policy() }
-
 // reload re-reads the policy file; an invalid file is rejected and the old policy kept.
 // Settings that only apply at start (socket, directories) are reported, not applied.
 func (d *Daemon) reload() error {

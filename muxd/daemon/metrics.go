@@ -54,6 +54,3 @@ func newMetrics(d *Daemon) *metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
-
-// Registry lets other parts of muxd (monitor, allocator) register their collectors.
-func (d *Daemon) Registry() prometheus.Registerer { return d.metrics.reg }

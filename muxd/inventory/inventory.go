@@ -19,9 +19,3 @@ type None struct{}
 
 // GPUs returns no devices.
 func (None) GPUs(context.Context) ([]api.GPU, error) { return []api.GPU{}, nil }
-
-// Static is a fixed list, for tests and for nodes whose GPUs are declared by hand.
-type Static []api.GPU
-
-// GPUs returns the list.
-func (s Static) GPUs(context.Context) ([]api.GPU, error) { return append([]api.GPU(nil), s...), nil }
