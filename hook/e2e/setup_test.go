@@ -30,17 +30,8 @@ type node struct {
 }
 
 // lookTool finds a system tool the tests need, failing (not skipping) without it.
-func lookTool(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s is not installed; run tests/deps.sh as root (it installs containerd, runc, busybox-static)", name)
-	}
-	return p
-}
+func lookTool(t testing.TB, name string) string { return testenv.Tool(t, name) }
 
-// newNode starts muxd under a fresh policy whose hook.runtime is runtimeName and whose
-// hook.libxcuda is lib (a placeholder file when empty).
 func newNode(t testing.TB, runtimeName, lib string) *node {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -113,22 +104,7 @@ func (n *node) stopMuxd(t testing.TB) {
 }
 
 // busyboxRootfs builds a root filesystem holding only Debian's static busybox.
-func busyboxRootfs(t testing.TB, dir string) string {
-	t.Helper()
-	bb := lookTool(t, "busybox")
-	root := filepath.Join(dir, "rootfs")
-	must(t, os.MkdirAll(filepath.Join(root, "bin"), 0o755))
-	data, err := os.ReadFile(bb)
-	must(t, err)
-	must(t, os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755))
-	for _, applet := range []string{"sh", "cat", "ls", "env", "sleep", "echo", "grep", "test", "true", "mount"} {
-		must(t, os.Symlink("busybox", filepath.Join(root, "bin", applet)))
-	}
-	for _, d := range []string{"etc", "proc", "sys", "dev", "run", "tmp"} {
-		must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
-	}
-	return root
-}
+func busyboxRootfs(t testing.TB, dir string) string { return testenv.BusyboxRootfs(t, dir) }
 
 func waitFor(t testing.TB, limit time.Duration, what string, ok func() bool) {
 	t.Helper()

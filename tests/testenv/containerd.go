@@ -92,7 +92,7 @@ func BusyboxRootfs(t testing.TB, dir string) string {
 	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, applet := range []string{"sh", "sleep", "echo", "cat", "true"} {
+	for _, applet := range []string{"sh", "cat", "ls", "env", "sleep", "echo", "grep", "test", "true", "mount"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil {
 			t.Fatal(err)
 		}
