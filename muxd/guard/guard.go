@@ -155,10 +155,12 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 			}
 		}
 	}
-	// Launch rates of online containers since the last step (libxcuda's counters).
+	// Launch rates of the containers since the last step (libxcuda's counters).
 	rates := map[string]float64{}
+	live := map[string]bool{}
 	g.mu.Lock()
 	for _, c := range containers {
+		live[c.ID] = true
 		b := g.Blocks.Block(c.ID)
 		if b == nil {
 			continue
@@ -168,6 +170,13 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 			rates[c.ID] = float64(n-prev) / dt
 		}
 		g.launches[c.ID] = n
+	}
+	// Forget containers that are gone, so the per-container state does not grow forever.
+	for id := range g.launches {
+		if !live[id] {
+			delete(g.launches, id)
+			delete(g.sticky, id)
+		}
 	}
 	g.mu.Unlock()
 
