@@ -193,6 +193,13 @@ void xc_release_slot(void)
  * what the server allows, so they are an out-of-process backstop. */
 static void export_mps_env(void)
 {
+    /* The hook mounts the node's MPS pipe directory here and sets the variable in
+     * the container's spec; processes started another way (kubectl exec) inherit
+     * no spec environment but still load libxcuda through /etc/ld.so.preload. */
+    static const char mps_dir[] = "/run/muxflow/mps";
+    struct stat st;
+    if (getenv("CUDA_MPS_PIPE_DIRECTORY") == NULL && stat(mps_dir, &st) == 0 && S_ISDIR(st.st_mode))
+        setenv("CUDA_MPS_PIPE_DIRECTORY", mps_dir, 0);
     const xcuda_limits *l = xc.lim;
     uint32_t pct = XC_LOAD(&l->mps_active_thread_pct);
     if (pct > 0 && pct <= 100) {
