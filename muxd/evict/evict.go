@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/muxflow/muxflow/muxd/procfs"
 )
 
 // Target is one piece of offline work to remove.
@@ -60,7 +62,7 @@ func (Processes) Stop(ctx context.Context, t Target, grace time.Duration) error 
 func waitGone(ctx context.Context, pid int, grace time.Duration) bool {
 	deadline := time.Now().Add(grace)
 	for {
-		if !alive(pid) {
+		if !procfs.Alive(pid) {
 			return true
 		}
 		if time.Now().After(deadline) {

@@ -1,10 +1,6 @@
 package guard
 
-import (
-	"os"
-	"strconv"
-	"strings"
-)
+import "github.com/muxflow/muxflow/muxd/procfs"
 
 // ProcOwner finds the container a process belongs to by following its parent links in
 // /proc up to a registered init pid (container processes descend from their init).
@@ -16,29 +12,11 @@ func ProcOwner(pid int, inits map[int]string) (string, bool) {
 		if pid <= 1 {
 			return "", false
 		}
-		ppid, ok := parent(pid)
-		if !ok {
+		st, err := procfs.Read(pid)
+		if err != nil {
 			return "", false
 		}
-		pid = ppid
+		pid = st.PPID
 	}
 	return "", false
-}
-
-func parent(pid int) (int, bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return ppid, err == nil
 }

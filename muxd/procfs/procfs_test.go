@@ -1,0 +1,46 @@
+package procfs
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+func TestReadSelfAndParent(t *testing.T) {
+	st, err := Read(os.Getpid())
+	if err != nil || st.PPID != os.Getppid() || st.StartTicks == 0 {
+		t.Fatalf("own stat: %+v %v", st, err)
+	}
+	if _, err := Read(1 << 30); !errors.Is(err, ErrGone) {
+		t.Errorf("nonexistent pid: %v", err)
+	}
+}
+
+func TestZombieIsGone(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	// Not waited for yet: once it exits it stays a zombie.
+	for i := 0; Alive(cmd.Process.Pid); i++ {
+		if i > 1000 {
+			t.Fatal("an exited, unreaped process still reads as alive")
+		}
+		exec.Command("sleep", "0.01").Run()
+	}
+}
+
+func TestParse(t *testing.T) {
+	line := "42 (a b) c)) S 7 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 10"
+	st, err := parse(42, line)
+	if err != nil || st.State != 'S' || st.PPID != 7 || st.StartTicks != 12345 {
+		t.Errorf("parse: %+v %v", st, err)
+	}
+	for _, bad := range []string{"", "42 no-paren", "42 (x) S 7", "42 (x) S x 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 1 1 1"} {
+		if _, err := parse(42, bad); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
+		}
+	}
+}
