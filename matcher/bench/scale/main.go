@@ -12,13 +12,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/muxflow/muxflow/matcher/assign"
+	"github.com/muxflow/muxflow/matcher/bench/measure"
 )
 
 func main() {
@@ -107,16 +106,16 @@ func run(args []string) error {
 	var times, cpus []float64
 	var m assign.Matching
 	for rep := 0; rep < *reps; rep++ {
-		t0, c0 := time.Now(), cpuSeconds()
+		t0, c0 := time.Now(), measure.CPUSeconds()
 		var err error
 		m, err = s.MaxWeightMatching(g, nil)
 		if err != nil {
 			return fmt.Errorf("cluster scale: %w", err)
 		}
 		times = append(times, time.Since(t0).Seconds())
-		cpus = append(cpus, cpuSeconds()-c0)
+		cpus = append(cpus, measure.CPUSeconds()-c0)
 	}
-	med := median(times)
+	med := measure.Median(times)
 	matched := 0
 	for _, j := range m.RowCol {
 		if j >= 0 {
@@ -124,13 +123,13 @@ func run(args []string) error {
 		}
 	}
 	fmt.Printf("n=%d top-%d: median %.3fs wall (%.3fs CPU) over %d runs %v; weight %.3f, matched %d, ≥ %.6f of the exact optimum (upper bound %.3f)\n",
-		*n, *k, med, median(cpus), *reps, fmtTimes(times), m.Total, matched, m.Total/bound, bound)
-	if load := loadAverage(); load != "" {
+		*n, *k, med, measure.Median(cpus), *reps, fmtTimes(times), m.Total, matched, m.Total/bound, bound)
+	if load := measure.LoadAverage(); load != "" {
 		fmt.Printf("load average during the run: %s (wall time on a shared machine; CPU time is the steadier figure)\n", load)
 	}
 	// CPU time decides, as in scipycompare: on a shared machine the wall
 	// clock measures the neighbours as much as the solver.
-	if median(cpus) > *maxSeconds || m.Total/bound < *minRatio {
+	if measure.Median(cpus) > *maxSeconds || m.Total/bound < *minRatio {
 		failed = true
 	}
 
@@ -209,32 +208,6 @@ func perturb(g *assign.Candidates, r *rand.Rand, k int, share float64) *assign.C
 		out.Start = append(out.Start, len(out.Col))
 	}
 	return out
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func median(x []float64) float64 {
-	s := slices.Clone(x)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func fmtTimes(x []float64) string {

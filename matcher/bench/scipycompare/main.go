@@ -16,13 +16,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/muxflow/muxflow/matcher/assign"
+	"github.com/muxflow/muxflow/matcher/bench/measure"
 )
 
 func main() {
@@ -78,9 +77,9 @@ func run(ctx context.Context, args []string) error {
 				return err
 			}
 			var s assign.Dense
-			start, c0 := time.Now(), cpuSeconds()
+			start, c0 := time.Now(), measure.CPUSeconds()
 			res, err := s.Maximize(w, n, n)
-			gs, gc := time.Since(start).Seconds(), cpuSeconds()-c0
+			gs, gc := time.Since(start).Seconds(), measure.CPUSeconds()-c0
 			if err != nil {
 				return fmt.Errorf("go solver n=%d: %w", n, err)
 			}
@@ -101,10 +100,10 @@ func run(ctx context.Context, args []string) error {
 			pyC = append(pyC, py.CPUSeconds)
 			os.Remove(path)
 		}
-		gm, pm := median(goT), median(pyT)
-		gcm, pcm := median(goC), median(pyC)
+		gm, pm := measure.Median(goT), measure.Median(pyT)
+		gcm, pcm := measure.Median(goC), measure.Median(pyC)
 		fmt.Printf("n=%d median wall go %.4fs scipy %.4fs ratio %.3f; CPU go %.4fs scipy %.4fs ratio %.3f (load average %s)\n",
-			n, gm, pm, gm/pm, gcm, pcm, gcm/pcm, loadAverage())
+			n, gm, pm, gm/pm, gcm, pcm, gcm/pcm, loadOrUnknown())
 		// CPU time decides: on a shared machine wall time measures the
 		// neighbours as much as the solver.
 		if gcm > pcm {
@@ -119,32 +118,6 @@ func run(ctx context.Context, args []string) error {
 		return errors.New("an optimum differed or the Go solver was slower than scipy")
 	}
 	return nil
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func median(x []float64) float64 {
-	s := slices.Clone(x)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // scriptPath finds lsa.py next to this program's source, from the repo root
@@ -183,4 +156,11 @@ func runScipy(ctx context.Context, python, script, path string) (scipyResult, er
 		return scipyResult{}, fmt.Errorf("parse scipy output %q: %w", out, err)
 	}
 	return r, nil
+}
+
+func loadOrUnknown() string {
+	if l := measure.LoadAverage(); l != "" {
+		return l
+	}
+	return "?"
 }
