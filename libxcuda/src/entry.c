@@ -177,19 +177,28 @@ static void *filter(const char *symbol, void *p)
     return h->wrapper;
 }
 
+/* glibc's own dlsym under the version a caller was linked against, else the other
+ * one; looked up once (dlvsym is not interposed, and RTLD_NEXT here is relative
+ * to libxcuda, whichever of its functions asks). */
+static dlsym_fn glibc_dlsym(dlsym_fn *cache, const char *want, const char *other)
+{
+    dlsym_fn f = *cache;
+    if (XC_LIKELY(f != NULL))
+        return f;
+    f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", want);
+    if (f == NULL)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", other);
+    *cache = f;
+    return f;
+}
+
 /* RTLD_NEXT is relative to the caller, which glibc finds from the return
  * address: those lookups are tail calls so the caller's address is kept. */
 XC_EXPORT void *xc_dlsym_2_34(void *handle, const char *symbol)
 {
-    dlsym_fn real = dlsym_new;
-    if (XC_UNLIKELY(real == NULL)) {
-        real = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-        if (real == NULL)
-            real = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-        if (real == NULL)
-            return NULL;
-        dlsym_new = real;
-    }
+    dlsym_fn real = glibc_dlsym(&dlsym_new, "GLIBC_2.34", "GLIBC_2.2.5");
+    if (real == NULL)
+        return NULL;
     if (handle == RTLD_NEXT)
         return real(handle, symbol);
     return filter(symbol, real(handle, symbol));
@@ -197,15 +206,9 @@ XC_EXPORT void *xc_dlsym_2_34(void *handle, const char *symbol)
 
 XC_EXPORT void *xc_dlsym_2_2_5(void *handle, const char *symbol)
 {
-    dlsym_fn real = dlsym_old;
-    if (XC_UNLIKELY(real == NULL)) {
-        real = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-        if (real == NULL)
-            real = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-        if (real == NULL)
-            return NULL;
-        dlsym_old = real;
-    }
+    dlsym_fn real = glibc_dlsym(&dlsym_old, "GLIBC_2.2.5", "GLIBC_2.34");
+    if (real == NULL)
+        return NULL;
     if (handle == RTLD_NEXT)
         return real(handle, symbol);
     return filter(symbol, real(handle, symbol));
