@@ -18,18 +18,17 @@ import (
 )
 
 // monitorConfig maps the policy's [monitor] section onto SysMonitor's configuration.
-// The clear thresholds sit a little inside the enter thresholds: that band is the
-// hysteresis that keeps a GPU from flapping around one value.
+// The policy names entry thresholds only; the monitor puts each clear threshold a
+// margin inside its entry threshold — the hysteresis band that keeps a GPU from
+// flapping around one value.
 func monitorConfig(p *policy.Policy) monitor.Config {
 	c := monitor.DefaultConfig()
 	m := p.Monitor
 	c.Period = m.Period.D()
 	c.TempSoftC, c.TempHardC = m.SoftTemperature, m.HardTemperature
-	c.TempClearC = m.SoftTemperature - 3
 	c.MemSoftPercent, c.MemHardPercent = float64(m.SoftMemory), float64(m.HardMemory)
-	c.MemClearPercent = max(0, float64(m.SoftMemory)-3)
 	c.ClockSoftPercent = float64(m.SoftSMClock)
-	c.ClockClearPercent = min(100, float64(m.SoftSMClock)+5)
+	c.SetClearMargins()
 	c.SoftEnterSamples = m.Hysteresis
 	c.ThrottledMax = m.ThrottledMax.D()
 	c.RecoverAfter = m.Recovery.D()

@@ -155,7 +155,9 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 			}
 		}
 	}
-	// Launch rates of the containers since the last step (libxcuda's counters).
+	// Each container's usage, read once: launch rates since the last step and sticky
+	// errors come from it.
+	usage := map[string]ctlblock.Usage{}
 	rates := map[string]float64{}
 	live := map[string]bool{}
 	g.mu.Lock()
@@ -165,7 +167,9 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		if b == nil {
 			continue
 		}
-		n := b.Usage().Launches
+		u := b.Usage()
+		usage[c.ID] = u
+		n := u.Launches
 		if prev, ok := g.launches[c.ID]; ok && dt > 0 && n >= prev {
 			rates[c.ID] = float64(n-prev) / dt
 		}
@@ -224,7 +228,7 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 	for id, s := range shares {
 		g.apply(id, s, paused[id])
 	}
-	g.stickyErrors(ctx, views, p)
+	g.stickyErrors(ctx, views, usage, p)
 	if g.Profiler != nil {
 		obs := make([]profiler.GPUObservation, 0, len(views))
 		for _, v := range views {
@@ -351,14 +355,13 @@ func (g *Guard) evictAsync(ctx context.Context, v gpuView, reason string, p *pol
 // shared server (a client killed mid-kernel, a kernel fault of a neighbour), so the
 // GPU's offline work is evicted and, once it is gone, the MPS server restarted — it
 // refuses new clients until every client of the faulted one has exited.
-func (g *Guard) stickyErrors(ctx context.Context, views []gpuView, p *policy.Policy) {
+func (g *Guard) stickyErrors(ctx context.Context, views []gpuView, usage map[string]ctlblock.Usage, p *policy.Policy) {
 	for _, v := range views {
 		for _, c := range append(append([]api.Container(nil), v.online...), v.offline...) {
-			b := g.Blocks.Block(c.ID)
-			if b == nil {
+			u, ok := usage[c.ID]
+			if !ok {
 				continue
 			}
-			u := b.Usage()
 			g.mu.Lock()
 			prev, seen := g.sticky[c.ID]
 			g.sticky[c.ID] = u.StickyErrors
