@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/muxflow/muxflow/muxd/api"
 )
 
 // VisibleDevicesEnv is the variable the NVIDIA container stack reads to pick GPUs.
@@ -140,7 +142,7 @@ func parseList(items []string) ([]string, error) {
 		if it == "" {
 			continue
 		}
-		if !validGPU(it) {
+		if !api.ValidGPU(it) {
 			return nil, fmt.Errorf("%q is not a GPU index, a GPU-/MIG- UUID or \"all\"", truncate(it))
 		}
 		if it == "all" {

@@ -228,9 +228,9 @@ func validIDChars(id string) bool {
 	return true
 }
 
-// validGPU accepts "all", an index of 1-3 digits, GPU-<8..64 hex or '-'>, or
-// MIG-<1..80 letters, digits, '/' or '-'>.
-func validGPU(g string) bool {
+// ValidGPU accepts a GPU name as NVIDIA_VISIBLE_DEVICES writes it: "all", an index of
+// 1-3 digits, GPU-<8..64 hex or '-'>, or MIG-<1..80 letters, digits, '/' or '-'>.
+func ValidGPU(g string) bool {
 	all := func(s string, min, max int, ok func(byte) bool) bool {
 		if len(s) < min || len(s) > max {
 			return false
@@ -285,7 +285,7 @@ func (r *RegisterRequest) Validate() error {
 		return fmt.Errorf("%w: gpus lists %d devices, more than 64", ErrInvalid, len(r.GPUs))
 	}
 	for _, g := range r.GPUs {
-		if !validGPU(g) {
+		if !ValidGPU(g) {
 			return fmt.Errorf("%w: gpu %q is not an index, a GPU-/MIG- UUID or \"all\"", ErrInvalid, truncate(g))
 		}
 	}

@@ -20,13 +20,13 @@ func TestValidateID(t *testing.T) {
 
 func TestValidGPU(t *testing.T) {
 	for _, ok := range []string{"all", "0", "7", "123", "GPU-5e9d0000-0000-4000-8000-00006a5e0000", "MIG-GPU-5e9d/1/0", "MIG-4f2a1c"} {
-		if !validGPU(ok) {
-			t.Errorf("validGPU(%q) = false", ok)
+		if !ValidGPU(ok) {
+			t.Errorf("ValidGPU(%q) = false", ok)
 		}
 	}
 	for _, bad := range []string{"", "1234", "-1", "GPU-", "GPU-xyz12345", "GPU-" + strings.Repeat("a", 65), "MIG-", "MIG-a b", "/dev/nvidia0", "All", "void"} {
-		if validGPU(bad) {
-			t.Errorf("validGPU(%q) = true", bad)
+		if ValidGPU(bad) {
+			t.Errorf("ValidGPU(%q) = true", bad)
 		}
 	}
 }
