@@ -283,8 +283,8 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
         n++;
         double t = now_s();
         if (t >= next) {
-            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu\n", t - t0, n, errors,
-                   busy ? (unsigned long long)busy() : 0ull);
+            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu mono=%.6f\n", t - t0, n, errors,
+                   busy ? (unsigned long long)busy() : 0ull, t);
             fflush(stdout);
             next += 0.05;
         }

@@ -13,7 +13,8 @@ import (
 
 // progress is one "t=... launches=... busy_ns=..." line of xctest loop.
 type progress struct {
-	at       float64
+	at       float64 // seconds since the process started
+	mono     float64 // CLOCK_MONOTONIC seconds: a clock all processes share
 	launches int64
 	busyNS   int64
 }
@@ -21,8 +22,8 @@ type progress struct {
 func parseProgress(line string) (progress, bool) {
 	var p progress
 	var errs int64
-	n, _ := fmt.Sscanf(strings.TrimSpace(line), "t=%f launches=%d errors=%d busy_ns=%d", &p.at, &p.launches, &errs, &p.busyNS)
-	return p, n == 4
+	n, _ := fmt.Sscanf(strings.TrimSpace(line), "t=%f launches=%d errors=%d busy_ns=%d mono=%f", &p.at, &p.launches, &errs, &p.busyNS, &p.mono)
+	return p, n == 5
 }
 
 // runLoop starts xctest loop and streams its progress lines.
@@ -162,21 +163,14 @@ func TestShareIsPerContainer(t *testing.T) {
 	<-done
 	waits[0]()
 	waits[1]()
-	// Each process's stub meters only its own work: add the windows.
+	// Each process's stub meters only its own work. The processes start at different
+	// moments, so the container's share is summed over windows of the shared clock,
+	// from when both have run 0.3 s.
+	start := max(all[0][0].mono-all[0][0].at, all[1][0].mono-all[1][0].at) + 0.3
+	end := min(all[0][len(all[0])-1].mono, all[1][len(all[1])-1].mono)
 	var sum []float64
-	for i := range 2 {
-		ps := all[i]
-		for len(ps) > 0 && ps[0].at < 0.3 {
-			ps = ps[1:]
-		}
-		ws := shareWindows(ps)
-		for j, w := range ws {
-			if j < len(sum) {
-				sum[j] += w
-			} else {
-				sum = append(sum, w)
-			}
-		}
+	for w := start; w+1 <= end; w++ {
+		sum = append(sum, (busyAt(all[0], w+1)-busyAt(all[0], w)+busyAt(all[1], w+1)-busyAt(all[1], w))/1e9)
 	}
 	t.Logf("container GPU share per window (two processes): %.3f", sum)
 	if len(sum) < 2 {
@@ -187,6 +181,18 @@ func TestShareIsPerContainer(t *testing.T) {
 			t.Errorf("window %d: container share %.3f, want 0.30 ±0.05", i, w)
 		}
 	}
+}
+
+// busyAt interpolates a process's GPU busy time (ns) at a shared-clock instant.
+func busyAt(ps []progress, mono float64) float64 {
+	for i := 1; i < len(ps); i++ {
+		if ps[i].mono >= mono {
+			a, b := ps[i-1], ps[i]
+			f := (mono - a.mono) / (b.mono - a.mono)
+			return float64(a.busyNS) + f*float64(b.busyNS-a.busyNS)
+		}
+	}
+	return float64(ps[len(ps)-1].busyNS)
 }
 
 // TestUnthrottledIsUntouched: at 100% share the loop keeps the GPU busy
