@@ -80,7 +80,12 @@ static void refill(uint32_t share)
     uint64_t now = xc_now_mono_ns();
     int64_t burst = (int64_t)burst_ns();
     uint64_t last = XC_LOAD(&u->bucket_refill_ns);
-    if (last == 0 || now < last || now - last > 10000000000ull) {
+    /* Another process refilled between our clock read and this load: its
+     * refill already covers our time. (Treating this as "idle for long" once
+     * handed out a full burst and set the refill time backwards.) */
+    if (last != 0 && now <= last)
+        return;
+    if (last == 0 || now - last > 10000000000ull) {
         /* First use starts from an empty bucket (no burst above the share
          * in the first window); after a long idle period, from a full one. */
         if (__atomic_compare_exchange_n(&u->bucket_refill_ns, &last, now, 0, __ATOMIC_ACQ_REL,
@@ -92,8 +97,7 @@ static void refill(uint32_t share)
         }
         return;
     }
-    if (now == last ||
-        !__atomic_compare_exchange_n(&u->bucket_refill_ns, &last, now, 0, __ATOMIC_ACQ_REL,
+    if (!__atomic_compare_exchange_n(&u->bucket_refill_ns, &last, now, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_RELAXED))
         return;
     int64_t add = (int64_t)((now - last) * share / XCUDA_SHARE_FULL);
