@@ -1,0 +1,32 @@
+/* bundle.h: reading and replacing a bundle's config.json. */
+#ifndef MUXFLOW_BUNDLE_H
+#define MUXFLOW_BUNDLE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#define CONFIG_NAME "config.json"
+#define CONFIG_TMP_NAME "config.json.muxflow-tmp"
+#define CONFIG_MAX_SIZE (16 << 20)
+
+struct config_file {
+	int dirfd;  /* the bundle directory, open (close-on-exec) */
+	char *data; /* config.json's bytes (malloc'd, NUL-terminated) */
+	size_t len;
+	mode_t mode; /* permission bits, kept by config_replace */
+};
+
+/* config_open reads <bundle>/config.json: it must be a regular file in the
+ * bundle itself (a symlink is not followed) of at most 16 MiB. 0, or -1
+ * with nothing held. */
+int config_open(const char *bundle, struct config_file *cf);
+
+/* config_replace swaps config.json for data atomically (temporary file,
+ * then rename), with the original's mode. 0, or -1 with a sentence in err
+ * and config.json unchanged. */
+int config_replace(const struct config_file *cf, const char *data, size_t len,
+		   char *err, size_t errlen);
+
+void config_close(struct config_file *cf);
+
+#endif

@@ -1,0 +1,49 @@
+/* muxdcall.h: one HTTP/1.1 request to muxd over its unix socket. */
+#ifndef MUXFLOW_MUXDCALL_H
+#define MUXFLOW_MUXDCALL_H
+
+#include "httpresp.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What came of a call. */
+enum muxd_outcome {
+	MUXD_ANSWERED,  /* a well-formed response is in reply */
+	MUXD_DOWN,      /* connect: ENOENT or ECONNREFUSED; nothing was sent */
+	MUXD_TOOLONG,   /* the socket path does not fit sun_path */
+	MUXD_TIMEOUT,   /* no complete answer within the timeout */
+	MUXD_IOERR,     /* another system error; err says which */
+	MUXD_MALFORMED, /* the answer was not a response muxd would send; err says why */
+};
+
+struct muxd_request {
+	const char *socket;
+	int64_t timeout_ns; /* bounds the whole call, connect to last byte */
+	const char *method;
+	const char *target; /* path and query, already encoded */
+	const void *body;   /* with Content-Type: application/json; NULL: none */
+	size_t body_len;
+};
+
+struct muxd_reply {
+	struct http_response resp;
+	char *raw;      /* malloc'd; resp points into it */
+	bool connected; /* the request may have reached muxd */
+};
+
+/* MUXD_MAX_RESPONSE bounds what is read; muxd's largest answer is a
+ * config.json (at most 16 MiB) with headers. */
+#define MUXD_MAX_RESPONSE (32u << 20)
+
+/* muxd_build_request returns the request head (up to and including the
+ * blank line) in a malloc'd buffer; NULL when out of memory. */
+char *muxd_build_request(const struct muxd_request *req, size_t *len);
+
+enum muxd_outcome muxd_call(const struct muxd_request *req, struct muxd_reply *reply,
+			    char *err, size_t errlen);
+
+void muxd_reply_free(struct muxd_reply *reply);
+
+#endif

@@ -1,0 +1,37 @@
+/* policyscan.h: the three policy values the runtime's fast path needs,
+ * found without a TOML decoder. */
+#ifndef MUXFLOW_POLICYSCAN_H
+#define MUXFLOW_POLICYSCAN_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define POLICY_ENV "MUXFLOW_POLICY"
+#define POLICY_DEFAULT_PATH "/etc/muxflow/policy.toml"
+#define POLICY_DEFAULT_RUNTIME "runc"
+#define POLICY_DEFAULT_SOCKET "/run/muxflow/muxd.sock"
+#define POLICY_DEFAULT_TIMEOUT "2s"
+#define POLICY_MAX_SIZE (1 << 20)
+/* The policy's own validation bounds hook.timeout to (0, 1m]. */
+#define POLICY_MAX_TIMEOUT_NS 60000000000LL
+
+struct policy {
+	char runtime[PATH_MAX]; /* [hook] runtime: a name in PATH or a path */
+	char socket[PATH_MAX];  /* [node] socket: muxd's unix socket */
+	char timeout[64];       /* [hook] timeout as written */
+	int64_t timeout_ns;
+};
+
+void policy_defaults(struct policy *p);
+
+/* policy_scan reads doc[0..len). 0: sure, p holds the values (defaults for
+ * absent keys). -1: unsure; the caller hands over to the Go wrapper, whose
+ * decoder reports what is wrong. */
+int policy_scan(const char *doc, size_t len, struct policy *p);
+
+/* policy_load reads the policy named by env (MUXFLOW_POLICY's value, NULL
+ * when unset) or the default path, and scans it. */
+int policy_load(const char *env, struct policy *p);
+
+#endif

@@ -1,0 +1,230 @@
+/* runtime_main.c: muxflow-runtime, the OCI runtime containerd and Docker
+ * run in place of runc. It decides in well under a millisecond whether a
+ * command needs muxflow: commands other than create and run, and
+ * containers whose spec cannot ask for a GPU, go straight to the real
+ * runtime with their command line untouched and nothing written. A GPU
+ * container's spec goes to muxd, which answers with the wired spec. Every
+ * case this program is not sure about goes to muxflow-wrapper (Go), which
+ * handles it fully and reports problems properly. */
+#include "args.h"
+#include "bundle.h"
+#include "duration.h"
+#include "execpath.h"
+#include "muxdcall.h"
+#include "pctenc.h"
+#include "policyscan.h"
+#include "report.h"
+#include "runlog.h"
+#include "specscan.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define WIRED_MSG "muxflow: GPU container wired"
+
+/* Process-wide state lives here rather than on the stack: every path ends
+ * in exec or exit, and the leak checker of the test build must see it. */
+static struct invocation inv;
+static struct policy pol;
+static struct config_file cf = {.dirfd = -1};
+static struct muxd_reply reply;
+static char *target;
+static char *refusal; /* muxd's sentence */
+static char self[PATH_MAX];
+static char runtime_path[PATH_MAX];
+
+/* fail reports a sentence on stderr and, when the runtime was given --log,
+ * as the last error entry of that log, where containerd looks for the
+ * runtime's reason; then exits 1. */
+static _Noreturn void fail(const char *fmt, ...)
+{
+	char msg[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	say(msg);
+	if (inv.log && inv.log[0])
+		runlog_append(inv.log, inv.log_format, "error", msg, NULL);
+	exit(1);
+}
+
+/* fail_with reports a sentence that is already whole (muxd's). */
+static _Noreturn void fail_with(const char *msg)
+{
+	fail("%s", msg);
+}
+
+static _Noreturn void exec_wrapper(char **argv)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (self_dir(self, sizeof self) != 0)
+		fail("muxflow-runtime: cannot find its own executable: %s", strerror(errno));
+	if (sibling(self, WRAPPER_NAME, path, sizeof path) != 0 || stat(path, &st) != 0 ||
+	    !S_ISREG(st.st_mode))
+		fail("muxflow-runtime: %s/%s is not installed next to muxflow-runtime; reinstall muxflow",
+		     self, WRAPPER_NAME);
+	argv[0] = (char *)WRAPPER_NAME;
+	execv(path, argv);
+	fail("muxflow-runtime: exec %s: %s", path, strerror(errno));
+}
+
+/* find_runtime resolves the policy's runtime, or hands the whole command
+ * to the wrapper, which reports a missing or looping runtime properly. */
+static void find_runtime(char **argv)
+{
+	if (policy_load(getenv(POLICY_ENV), &pol) != 0)
+		exec_wrapper(argv);
+	if (self_dir(self, sizeof self) != 0)
+		self[0] = '\0';
+	if (resolve_runtime(pol.runtime, self[0] ? self : NULL, runtime_path, sizeof runtime_path) != 0)
+		exec_wrapper(argv);
+}
+
+/* exec_runtime returns only on failure, with errno set. */
+static void exec_runtime(char **argv)
+{
+	const char *base = strrchr(runtime_path, '/');
+	argv[0] = (char *)(base ? base + 1 : runtime_path);
+	execv(runtime_path, argv);
+}
+
+/* unregister tells muxd to forget a container it may have registered for
+ * a create that then failed here: containerd will not run the poststop
+ * hook of a container that never started. Best effort, its own deadline. */
+static void unregister(void)
+{
+	size_t n = strlen(inv.id);
+	char *path = malloc(3 * n + 32);
+	struct muxd_reply r;
+	char err[256];
+
+	if (!path)
+		return;
+	strcpy(path, "/v1/containers/");
+	pct_encode(inv.id, n, path + strlen(path));
+	struct muxd_request req = {.socket = pol.socket, .timeout_ns = pol.timeout_ns,
+				   .method = "DELETE", .target = path};
+	muxd_call(&req, &r, err, sizeof err);
+	muxd_reply_free(&r);
+	free(path);
+}
+
+static char *create_target(const char *hook)
+{
+	const char *vals[3] = {inv.id, inv.bundle, hook};
+	const char *keys[3] = {"?id=", "&bundle=", "&hook="};
+	size_t cap = 64, w;
+	char *t;
+
+	for (int i = 0; i < 3; i++)
+		cap += 3 * strlen(vals[i]) + strlen(keys[i]);
+	if (!(t = malloc(cap)))
+		return NULL;
+	w = (size_t)sprintf(t, "/v1/runtime/create");
+	for (int i = 0; i < 3; i++) {
+		w += (size_t)sprintf(t + w, "%s", keys[i]);
+		w += pct_encode(vals[i], strlen(vals[i]), t + w);
+	}
+	return t;
+}
+
+static _Noreturn void gpu_create(char **argv)
+{
+	char hook[PATH_MAX], err[1024], dur[40];
+
+	find_runtime(argv);
+	if (strlen(pol.socket) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		exec_wrapper(argv);
+	if (!self[0] || sibling(self, HOOK_NAME, hook, sizeof hook) != 0)
+		exec_wrapper(argv);
+	if (!(target = create_target(hook)))
+		fail("muxflow-runtime: out of memory");
+	struct muxd_request req = {.socket = pol.socket, .timeout_ns = pol.timeout_ns,
+				   .method = "POST", .target = target,
+				   .body = cf.data, .body_len = cf.len};
+	format_duration(pol.timeout_ns, dur);
+	switch (muxd_call(&req, &reply, err, sizeof err)) {
+	case MUXD_DOWN:
+	case MUXD_TOOLONG:
+		/* The wrapper applies the policy for a node without muxd. */
+		exec_wrapper(argv);
+	case MUXD_TIMEOUT:
+		unregister();
+		fail("muxflow-runtime: muxd did not answer the create request for container %s within %s (socket %s)",
+		     inv.id, dur, pol.socket);
+	case MUXD_IOERR:
+		if (reply.connected)
+			unregister();
+		fail("muxflow-runtime: cannot send the create request for container %s to muxd at %s: %s",
+		     inv.id, pol.socket, err);
+	case MUXD_MALFORMED:
+		unregister();
+		fail("muxflow-runtime: muxd's answer to the create request was malformed: %s", err);
+	case MUXD_ANSWERED:
+		break;
+	}
+
+	const struct http_response *resp = &reply.resp;
+	if (resp->status == 204) {
+		exec_runtime(argv);
+		fail("muxflow-runtime: exec %s: %s", runtime_path, strerror(errno));
+	}
+	if (resp->status == 200) {
+		if (resp->body_len == 0) {
+			unregister();
+			fail("muxflow-runtime: muxd's answer to the create request was malformed: "
+			     "a 200 answer without a config.json");
+		}
+		if (config_replace(&cf, resp->body, resp->body_len, err, sizeof err) != 0) {
+			unregister();
+			fail("muxflow-runtime: %s", err);
+		}
+		if (inv.log[0])
+			runlog_append(inv.log, inv.log_format, "info", WIRED_MSG, inv.id);
+		exec_runtime(argv);
+		int e = errno;
+		char ignored[256];
+		/* Put the spec back, so that nothing refers to muxd's wiring
+		 * once muxd has forgotten the container. */
+		config_replace(&cf, cf.data, cf.len, ignored, sizeof ignored);
+		unregister();
+		fail("muxflow-runtime: exec %s: %s", runtime_path, strerror(e));
+	}
+	refusal = sentence(resp->body, resp->body_len);
+	if (!refusal)
+		fail("muxflow-runtime: muxd refused container %s (HTTP %d) without saying why", inv.id,
+		     resp->status);
+	fail_with(refusal);
+}
+
+int main(int argc, char **argv)
+{
+	char err[512];
+
+	if (argc < 1 || !argv[0]) {
+		say("muxflow-runtime: started without argv[0]");
+		return 1;
+	}
+	if (parse_args(argc - 1, argv + 1, NULL, &inv, err, sizeof err) != 0)
+		exec_wrapper(argv);
+	if (strcmp(inv.command, "create") == 0 || strcmp(inv.command, "run") == 0) {
+		if (inv.config[0])
+			exec_wrapper(argv); /* a spec outside the bundle: the wrapper refuses it */
+		if (config_open(inv.bundle, &cf) != 0)
+			exec_wrapper(argv);
+		if (spec_maybe_gpu(cf.data, cf.len))
+			gpu_create(argv);
+	}
+	find_runtime(argv);
+	exec_runtime(argv);
+	fail("muxflow-runtime: exec %s: %s", runtime_path, strerror(errno));
+}

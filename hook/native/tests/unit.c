@@ -1,0 +1,717 @@
+/* unit.c: unit tests of hook/native's parsers and helpers, with the cases
+ * of the Go code they replace (hook/front) and the edges of each format.
+ * usage: unit DEFAULT_POLICY_TOML PLAIN_SPEC_JSON */
+#include "args.h"
+#include "bundle.h"
+#include "check.h"
+#include "duration.h"
+#include "execpath.h"
+#include "httpresp.h"
+#include "muxdcall.h"
+#include "pctenc.h"
+#include "policyscan.h"
+#include "report.h"
+#include "runlog.h"
+#include "specscan.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int check_failures;
+static char tmp[] = "/tmp/muxflow-unit.XXXXXX";
+
+static char *read_all(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	static char none[1];
+	if (!f) {
+		*len = 0;
+		return NULL;
+	}
+	char *buf = malloc(32 << 20);
+	*len = fread(buf, 1, 32 << 20, f);
+	fclose(f);
+	buf[*len] = '\0';
+	(void)none;
+	return buf;
+}
+
+static void write_file(const char *path, const char *data, size_t len, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	if (fd < 0 || write(fd, data, len) != (ssize_t)len) {
+		perror(path);
+		exit(2);
+	}
+	fchmod(fd, mode);
+	close(fd);
+}
+
+static char *tpath(const char *name)
+{
+	static char bufs[8][4200];
+	static int next;
+	char *b = bufs[next++ % 8];
+	snprintf(b, sizeof bufs[0], "%s/%s", tmp, name);
+	return b;
+}
+
+/* ---- args (cases of hook/front/args_test.go, then more) ---- */
+
+struct args_case {
+	const char *name;
+	const char *args[16];
+	const char *command, *log, *log_format, *bundle, *id, *config;
+	const char *err; /* substring of the error, or NULL for success */
+};
+
+static void test_args(void)
+{
+	static const struct args_case cases[] = {
+		{"containerd create",
+		 {"--root", "/run/containerd/runc/k8s.io", "--log", "/b/log.json", "--log-format", "json",
+		  "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "c1"},
+		 "create", "/b/log.json", "json", "/b", "c1", "", NULL},
+		{"equals and short", {"--log=/l", "run", "-b", "rel dir", "--detach", "c2"},
+		 "run", "/l", "", "/cwd/rel dir", "c2", "", NULL},
+		{"crun config", {"create", "-f", "/x.json", "--bundle", "/b", "c4"},
+		 "create", "", "", "/b", "c4", "/x.json", NULL},
+		{"default bundle", {"create", "c3"}, "create", "", "", "/cwd", "c3", "", NULL},
+		{"delete", {"--root", "/r", "delete", "--force", "c1"}, "delete", "", "", "", "", "", NULL},
+		{"version", {"--version"}, "", "", "", "", "", "", NULL},
+		{"create without id", {"create", "--bundle", "/b"}, "create", "", "", "", "", "",
+		 "create needs exactly one container id, got 0 arguments"},
+		{"create two ids", {"create", "a", "b"}, "create", "", "", "", "", "",
+		 "create needs exactly one container id, got 2 arguments"},
+		{"dangling flag", {"--log"}, "", "", "", "", "", "", "flag --log needs a value"},
+		/* beyond the Go table */
+		{"double dash", {"create", "--bundle", "/b", "--", "--weird"}, "create", "", "", "/b", "--weird", "", NULL},
+		{"double dash two", {"run", "--", "a", "b"}, "run", "", "", "", "", "", "got 2 arguments"},
+		{"dash is positional", {"create", "-"}, "create", "", "", "/cwd", "-", "", NULL},
+		{"unclean bundle", {"create", "-b", "../x/./y//", "c"}, "create", "", "", "/cwd/x/y", "c", "", NULL},
+		{"bundle=", {"create", "--bundle=", "c"}, "create", "", "", "/cwd", "c", "", NULL},
+		{"many dashes", {"---log=/z", "create", "--b=/bb", "c"}, "create", "/z", "", "/bb", "c", "", NULL},
+		{"config long", {"run", "--config=/s.json", "c"}, "run", "", "", "/cwd", "c", "/s.json", NULL},
+		{"unknown flag with value", {"create", "--foo=bar", "c"}, "create", "", "", "/cwd", "c", "", NULL},
+		{"value flag eats id", {"create", "--pid-file", "c"}, "create", "", "", "", "", "", "got 0 arguments"},
+		{"kill with signal", {"kill", "c1", "KILL"}, "kill", "", "", "", "", "", NULL},
+		{"global only", {"--root", "/r"}, "", "", "", "", "", "", NULL},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const struct args_case *c = &cases[i];
+		struct invocation inv;
+		char err[256];
+		int argc = 0;
+		while (c->args[argc])
+			argc++;
+		const char *cwd = strcmp(c->name, "unclean bundle") == 0 ? "/cwd/sub" : "/cwd";
+		int rc = parse_args(argc, (char *const *)c->args, cwd, &inv, err, sizeof err);
+		if (c->err) {
+			CHECK(rc != 0 && strstr(err, c->err), "%s: rc %d err \"%s\", want \"%s\"", c->name, rc, err, c->err);
+			CHECK_STR(inv.command, c->command);
+			continue;
+		}
+		CHECK(rc == 0, "%s: error %s", c->name, err);
+		CHECK(strcmp(inv.command, c->command) == 0, "%s: command %s", c->name, inv.command);
+		CHECK(strcmp(inv.log, c->log) == 0, "%s: log %s", c->name, inv.log);
+		CHECK(strcmp(inv.log_format, c->log_format) == 0, "%s: log-format %s", c->name, inv.log_format);
+		CHECK(strcmp(inv.bundle, c->bundle) == 0, "%s: bundle %s, want %s", c->name, inv.bundle, c->bundle);
+		CHECK(strcmp(inv.id, c->id) == 0, "%s: id %s", c->name, inv.id);
+		CHECK(strcmp(inv.config, c->config) == 0, "%s: config %s", c->name, inv.config);
+	}
+
+	/* A relative bundle with no cwd given uses the process's own. */
+	{
+		struct invocation inv;
+		char err[256], here[PATH_MAX], want[PATH_MAX + 8];
+		const char *args[] = {"create", "-b", "bb", "c"};
+		CHECK(getcwd(here, sizeof here) != NULL, "getcwd");
+		snprintf(want, sizeof want, "%s/bb", strcmp(here, "/") ? here : "");
+		CHECK(parse_args(4, (char *const *)args, NULL, &inv, err, sizeof err) == 0, "own cwd: %s", err);
+		CHECK_STR(inv.bundle, want);
+	}
+	/* A bundle longer than PATH_MAX is a parse error, not a truncation. */
+	{
+		struct invocation inv;
+		char err[256];
+		static char longb[PATH_MAX + 10];
+		memset(longb, 'a', sizeof longb - 1);
+		longb[0] = '/';
+		const char *args[] = {"create", "-b", longb, "c"};
+		CHECK(parse_args(4, (char *const *)args, "/", &inv, err, sizeof err) != 0 && strstr(err, "longer"),
+		      "long bundle: %s", err);
+	}
+}
+
+static void test_path_clean(void)
+{
+	static const char *cases[][2] = {
+		{"", "."}, {"abc", "abc"}, {"abc/def", "abc/def"}, {"a/b/c", "a/b/c"}, {".", "."},
+		{"..", ".."}, {"../..", "../.."}, {"../../abc", "../../abc"}, {"/abc", "/abc"}, {"/", "/"},
+		{"abc/", "abc"}, {"abc/def/", "abc/def"}, {"/abc/", "/abc"}, {"//abc", "/abc"},
+		{"///abc", "/abc"}, {"//abc//", "/abc"}, {"abc//def//ghi", "abc/def/ghi"}, {"abc/./def", "abc/def"},
+		{"/./abc/def", "/abc/def"}, {"abc/.", "abc"}, {"abc/def/ghi/../jkl", "abc/def/jkl"},
+		{"abc/def/../ghi/../jkl", "abc/jkl"}, {"abc/def/..", "abc"}, {"abc/def/../..", "."},
+		{"/abc/def/../..", "/"}, {"abc/def/../../..", ".."}, {"/abc/def/../../..", "/"},
+		{"abc/def/../../../ghi/jkl/../../../mno", "../../mno"}, {"abc/./../def", "def"},
+		{"abc//./../def", "def"}, {"abc/../../././../def", "../../def"}, {"/../x", "/x"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char out[64];
+		path_clean(cases[i][0], out);
+		CHECK(strcmp(out, cases[i][1]) == 0, "path_clean(%s) = %s, want %s", cases[i][0], out, cases[i][1]);
+	}
+}
+
+/* ---- policy scan (cases of hook/front/front_test.go, then more) ---- */
+
+struct policy_case {
+	const char *name, *doc;
+	int ok;
+	const char *runtime, *socket, *timeout;
+};
+
+static void test_policy_scan(const char *default_toml)
+{
+	static const struct policy_case cases[] = {
+		{"empty", "", 1, "runc", NULL, NULL},
+		{"basic", "[hook]\nruntime = \"crun\"\n", 1, "crun", NULL, NULL},
+		{"literal and comment",
+		 "[node]\nruntime = 'x'\n[hook] # the hook\n  runtime = '/usr/local/bin/crun' # ours\n", 1,
+		 "/usr/local/bin/crun", NULL, NULL},
+		{"other tables only", "[mps]\nenabled = false\n[hook.extra]\nruntime = \"no\"\n", 1, "runc", NULL, NULL},
+		{"dotted top-level", "hook.runtime = \"crun\"\n", 0, NULL, NULL, NULL},
+		{"inline table", "hook = { runtime = \"crun\" }\n", 0, NULL, NULL, NULL},
+		{"quoted key", "[hook]\n\"runtime\" = \"crun\"\n", 0, NULL, NULL, NULL},
+		{"quoted header", "[\"hook\"]\nruntime = \"crun\"\n", 0, NULL, NULL, NULL},
+		{"escape", "[hook]\nruntime = \"c\\u0072un\"\n", 0, NULL, NULL, NULL},
+		{"twice", "[hook]\nruntime = \"a\"\nruntime = \"b\"\n", 0, NULL, NULL, NULL},
+		{"multi-line string", "[hook]\nruntime = \"\"\"crun\"\"\"\n", 0, NULL, NULL, NULL},
+		{"trailing junk", "[hook]\nruntime = \"crun\" x\n", 0, NULL, NULL, NULL},
+		{"array of tables", "[[hook]]\nruntime = \"crun\"\n", 0, NULL, NULL, NULL},
+		/* socket and timeout */
+		{"socket", "[node]\nsocket = \"/run/x/muxd.sock\"\n", 1, "runc", "/run/x/muxd.sock", "2s"},
+		{"timeout", "[hook]\ntimeout = '500ms'\n", 1, "runc", NULL, "500ms"},
+		{"timeout 1m", "[hook]\ntimeout = \"1m\"\n", 1, "runc", NULL, "1m"},
+		{"timeout spaces", "[hook]\ntimeout = \" 3s \"\n", 1, "runc", NULL, " 3s "},
+		{"timeout over 1m", "[hook]\ntimeout = \"61s\"\n", 0, NULL, NULL, NULL},
+		{"timeout zero", "[hook]\ntimeout = \"0s\"\n", 0, NULL, NULL, NULL},
+		{"timeout negative", "[hook]\ntimeout = \"-1s\"\n", 0, NULL, NULL, NULL},
+		{"timeout garbage", "[hook]\ntimeout = \"soon\"\n", 0, NULL, NULL, NULL},
+		{"timeout number", "[hook]\ntimeout = 2\n", 0, NULL, NULL, NULL},
+		{"timeout twice", "[hook]\ntimeout = \"1s\"\ntimeout = \"1s\"\n", 0, NULL, NULL, NULL},
+		{"socket relative", "[node]\nsocket = \"run/muxd.sock\"\n", 0, NULL, NULL, NULL},
+		{"socket unclean", "[node]\nsocket = \"/run//muxd.sock\"\n", 0, NULL, NULL, NULL},
+		{"socket twice", "[node]\nsocket = \"/a\"\nsocket = \"/a\"\n", 0, NULL, NULL, NULL},
+		{"socket dotted top-level", "node.socket = \"/a\"\n", 0, NULL, NULL, NULL},
+		{"socket spaced dots", "node . socket = \"/a\"\n", 0, NULL, NULL, NULL},
+		{"runtime spaced dots", "hook .runtime = \"crun\"\n", 0, NULL, NULL, NULL},
+		{"node inline", "node = {socket = \"/a\"}\n", 0, NULL, NULL, NULL},
+		{"socket dotted in node", "[node]\nsocket.x = 1\n", 0, NULL, NULL, NULL},
+		{"runtime dotted in hook", "[hook]\nruntime.x = 1\n", 0, NULL, NULL, NULL},
+		{"quoted node header", "[ 'node' ]\nsocket = \"/a\"\n", 0, NULL, NULL, NULL},
+		{"escaped header", "[\"h\\u006fok\"]\nruntime = \"crun\"\n", 0, NULL, NULL, NULL},
+		{"quoted key in root", "\"a\" = 1\n", 0, NULL, NULL, NULL},
+		{"quoted key elsewhere", "[mps]\n\"a\" = 1\n[hook]\nruntime = \"crun\"\n", 1, "crun", NULL, NULL},
+		{"spaced header", "[ hook ]\nruntime = \"crun\"\n", 1, "crun", NULL, NULL},
+		{"empty runtime", "[hook]\nruntime = \"\"\n", 0, NULL, NULL, NULL},
+		{"header junk", "[hook] x\nruntime = \"crun\"\n", 0, NULL, NULL, NULL},
+		{"unclosed header", "[hook\nruntime = \"crun\"\n", 0, NULL, NULL, NULL},
+		{"hidden in multi-line string",
+		 "[mps]\ncontrol = \"\"\"\n[hook]\nruntime = \"evil\"\n\"\"\"\n", 0, NULL, NULL, NULL},
+		{"hidden in literal multi-line", "[mps]\nc = '''\n[hook]\n'''\n", 0, NULL, NULL, NULL},
+		{"array spanning lines",
+		 "[mps]\nx = [\n  \"[hook]\",\n  1,\n]\n[hook]\nruntime = \"crun\"\n", 1, "crun", NULL, NULL},
+		{"array in hook", "[hook]\nlist = [\n\"runtime = 'x'\", # ]\n]\n", 1, "runc", NULL, NULL},
+		{"unclosed array", "[mps]\nx = [\n", 0, NULL, NULL, NULL},
+		{"unterminated string", "[mps]\nx = \"abc\n", 0, NULL, NULL, NULL},
+		{"bracket in string", "[mps]\nx = \"[\"\n[hook]\nruntime = \"crun\"\n", 1, "crun", NULL, NULL},
+		{"hash in string", "[hook]\nruntime = \"a#b\"\n", 1, "a#b", NULL, NULL},
+		{"byte order mark", "\xef\xbb\xbf[hook]\nruntime = \"crun\"\n", 0, NULL, NULL, NULL},
+		{"crlf", "[hook]\r\nruntime = \"crun\"\r\n[node]\r\nsocket = '/s'\r\n", 1, "crun", "/s", NULL},
+		{"control character", "[hook]\nruntime = \"cr\x01un\"\n", 0, NULL, NULL, NULL},
+		{"nul", "[hook]\nruntime = \"crun\"\n\0", 0, NULL, NULL, NULL},
+		{"bare line", "[mps]\njunk\n", 0, NULL, NULL, NULL},
+		{"no trailing newline", "[hook]\nruntime = \"crun\"", 1, "crun", NULL, NULL},
+		{"all three",
+		 "# c\n[node]\nsocket = \"/run/m.sock\"\n\n[hook]\nruntime = \"crun\"\ntimeout = \"1.5s\"\n[mps]\n", 1,
+		 "crun", "/run/m.sock", "1.5s"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const struct policy_case *c = &cases[i];
+		struct policy p;
+		size_t len = strlen(c->doc);
+		if (strcmp(c->name, "nul") == 0)
+			len++;
+		int rc = policy_scan(c->doc, len, &p);
+		CHECK((rc == 0) == c->ok, "%s: rc %d, want ok=%d", c->name, rc, c->ok);
+		if (rc != 0 || !c->ok)
+			continue;
+		CHECK(strcmp(p.runtime, c->runtime) == 0, "%s: runtime %s, want %s", c->name, p.runtime, c->runtime);
+		CHECK(strcmp(p.socket, c->socket ? c->socket : POLICY_DEFAULT_SOCKET) == 0, "%s: socket %s", c->name, p.socket);
+		CHECK(strcmp(p.timeout, c->timeout ? c->timeout : POLICY_DEFAULT_TIMEOUT) == 0, "%s: timeout %s", c->name, p.timeout);
+	}
+	{
+		struct policy p;
+		CHECK(policy_scan("[hook]\ntimeout = \"1.5s\"\n", 24, &p) == 0 && p.timeout_ns == 1500000000LL,
+		      "timeout_ns %lld", (long long)p.timeout_ns);
+	}
+
+	/* The shipped policy must be read, and say what the constants say. */
+	{
+		size_t len;
+		char *doc = read_all(default_toml, &len);
+		struct policy p;
+		CHECK(doc != NULL, "cannot read %s", default_toml);
+		if (doc) {
+			CHECK(policy_scan(doc, len, &p) == 0, "the shipped policy %s is not scanned as sure", default_toml);
+			CHECK_STR(p.runtime, POLICY_DEFAULT_RUNTIME);
+			CHECK_STR(p.socket, POLICY_DEFAULT_SOCKET);
+			CHECK_STR(p.timeout, POLICY_DEFAULT_TIMEOUT);
+			free(doc);
+		}
+	}
+
+	/* policy_load: the file's kinds and sizes. */
+	{
+		struct policy p;
+		write_file(tpath("pol.toml"), "[hook]\nruntime = \"crun\"\n", 24, 0644);
+		CHECK(policy_load(tpath("pol.toml"), &p) == 0 && strcmp(p.runtime, "crun") == 0, "load: %s", p.runtime);
+		CHECK(policy_load(tpath("missing.toml"), &p) != 0, "a missing MUXFLOW_POLICY file must be unsure");
+		CHECK(policy_load(tmp, &p) != 0, "a directory must be unsure");
+		CHECK(mkfifo(tpath("fifo.toml"), 0600) == 0, "mkfifo");
+		CHECK(policy_load(tpath("fifo.toml"), &p) != 0, "a FIFO must be unsure (and not hang)");
+		char *big = calloc(1, POLICY_MAX_SIZE + 1);
+		memset(big, '#', POLICY_MAX_SIZE + 1);
+		write_file(tpath("big.toml"), big, POLICY_MAX_SIZE, 0644);
+		CHECK(policy_load(tpath("big.toml"), &p) == 0, "a 1 MiB comment is fine");
+		write_file(tpath("big.toml"), big, POLICY_MAX_SIZE + 1, 0644);
+		CHECK(policy_load(tpath("big.toml"), &p) != 0, "over 1 MiB must be unsure");
+		free(big);
+	}
+}
+
+/* ---- GPU token scan ---- */
+
+static void test_specscan(const char *plain_path)
+{
+	size_t len;
+	char *plain = read_all(plain_path, &len);
+	CHECK(plain && len > 1000, "cannot read %s", plain_path);
+	if (!plain)
+		return;
+	CHECK(spec_maybe_gpu(plain, len) == 0, "the plain spec must be certainly non-GPU");
+	CHECK(spec_maybe_gpu("", 0) == 0, "empty");
+	static const char *gpu[] = {
+		"{\"process\":{\"env\":[\"NVIDIA_VISIBLE_DEVICES=0\"]}}",
+		"{\"annotations\":{\"cdi.k8s.io/gpu\":\"nvidia.com/gpu=0\"}}",
+		"{\"linux\":{\"devices\":[{\"path\":\"/dev/nvidia0\"}]}}",
+		"{\"linux\":{\"devices\":[{\"path\":\"/dev/nvidiactl\"}]}}",
+		"{\"process\":{\"env\":[\"NVIDIA_VISIBLE_DEVICES=void\"]}}", /* muxd decides */
+		"{\"process\":{\"env\":[\"NVIDIA_VISIBLE_DEVIC\\u0045S=0\"]}}", /* escaped */
+		"{\"a\":\"\\/\"}",
+		"NVIDIA_VISIBLE_DEVICES", "/dev/nvidia", "cdi.k8s.io/", "\\",
+	};
+	for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++)
+		CHECK(spec_maybe_gpu(gpu[i], strlen(gpu[i])) == 1, "must be maybe-GPU: %s", gpu[i]);
+	static const char *notgpu[] = {
+		"{\"process\":{\"env\":[\"NVIDIA_VISIBLE_DEVICE=0\"]}}",
+		"{\"annotations\":{\"cdi.k8s.io\":\"x\"}}",
+		"{\"linux\":{\"devices\":[{\"path\":\"/dev/nvidi\"}]}}",
+		"nvidia_visible_devices /DEV/NVIDIA CDI.K8S.IO/",
+	};
+	for (size_t i = 0; i < sizeof notgpu / sizeof notgpu[0]; i++)
+		CHECK(spec_maybe_gpu(notgpu[i], strlen(notgpu[i])) == 0, "must be non-GPU: %s", notgpu[i]);
+	/* A token at the very end of the buffer, and one cut by the length. */
+	const char *tail = "xx/dev/nvidia";
+	CHECK(spec_maybe_gpu(tail, strlen(tail)) == 1, "token at the end");
+	CHECK(spec_maybe_gpu(tail, strlen(tail) - 1) == 0, "the length bounds the scan");
+	free(plain);
+}
+
+/* ---- percent-encoding ---- */
+
+static void test_pctenc(void)
+{
+	char out[3 * 256 + 1], in[256];
+	pct_encode("my c1", 5, out);
+	CHECK_STR(out, "my%20c1");
+	pct_encode("/a b/\xc3\xbc?&=%+", 12, out);
+	CHECK_STR(out, "%2Fa%20b%2F%C3%BC%3F%26%3D%25%2B");
+	pct_encode("AZaz09-._~", 10, out);
+	CHECK_STR(out, "AZaz09-._~");
+	for (int i = 0; i < 256; i++)
+		in[i] = (char)i;
+	size_t n = pct_encode(in, 256, out);
+	CHECK(n == 66 + 190 * 3, "all bytes: %zu", n);
+	CHECK(strncmp(out, "%00%01", 6) == 0 && strcmp(out + n - 3, "%FF") == 0, "all bytes: %s", out);
+}
+
+/* ---- durations (cases of Go's time package tests) ---- */
+
+static void test_duration(void)
+{
+	static const struct { const char *s; long long ns; } ok[] = {
+		{"0", 0}, {"5s", 5000000000LL}, {"30s", 30000000000LL}, {"1478s", 1478000000000LL},
+		{"-5s", -5000000000LL}, {"+5s", 5000000000LL}, {"-0", 0}, {"+0", 0}, {"5.0s", 5000000000LL},
+		{"5.6s", 5600000000LL}, {"5.s", 5000000000LL}, {".5s", 500000000LL}, {"1.0s", 1000000000LL},
+		{"1.00s", 1000000000LL}, {"1.004s", 1004000000LL}, {"1.0040s", 1004000000LL},
+		{"100.00100s", 100001000000LL}, {"10ns", 10}, {"11us", 11000}, {"12\xc2\xb5s", 12000},
+		{"12\xce\xbcs", 12000}, {"13ms", 13000000}, {"14s", 14000000000LL}, {"15m", 900000000000LL},
+		{"16h", 57600000000000LL}, {"3h30m", 12600000000000LL}, {"10.5s4m", 250500000000LL},
+		{"-2m3.4s", -123400000000LL}, {"1h2m3s4ms5us6ns", 3723004005006LL},
+		{"39h9m14.425s", 140954425000000LL}, {"52763797000ns", 52763797000LL},
+		{"0.3333333333333333333h", 1200000000000LL}, {"9007199254740993ns", 9007199254740993LL},
+		{"9223372036854775807ns", 9223372036854775807LL}, {"9223372036854775.807us", 9223372036854775807LL},
+		{"9223372036s854ms775us807ns", 9223372036854775807LL}, {"-9223372036s854ms775us808ns", (-9223372036854775807LL - 1)}, {"-9223372036854775808ns", (-9223372036854775807LL - 1)},
+		{"-9223372036854775.808us", (-9223372036854775807LL - 1)}, {"0.100000000000000000000h", 360000000000LL},
+		{"0.830103483285477580700h", 2988372539827LL}, {"1.5s", 1500000000LL}, {"1m30s", 90000000000LL},
+	};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		int64_t ns = 12345;
+		int rc = parse_duration(ok[i].s, strlen(ok[i].s), &ns);
+		CHECK(rc == 0 && ns == ok[i].ns, "parse_duration(%s) = %d, %lld; want %lld", ok[i].s, rc,
+		      (long long)ns, ok[i].ns);
+	}
+	static const char *bad[] = {
+		"", "3", "-", "s", ".", "-.", ".s", "+.s", "1d", "\x85\x85", "\xff" "ff", "hello \xff" "ff world",
+		"9223372036854775808ns", "9223372036854775.808us", "9223372036854ms775us808ns",
+		"-9223372036854775809ns", "9223372036854s775ms807us", "2 s", " 2s", "2s ", "1.2.3s", "5S",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int64_t ns;
+		CHECK(parse_duration(bad[i], strlen(bad[i]), &ns) != 0, "parse_duration(%s) must fail", bad[i]);
+	}
+	static const struct { long long ns; const char *s; } fmt[] = {
+		{0, "0s"}, {1, "1ns"}, {1100, "1.1\xc2\xb5s"}, {2200000, "2.2ms"}, {3300000000LL, "3.3s"},
+		{245000000000LL, "4m5s"}, {245001000000LL, "4m5.001s"}, {18367001000000LL, "5h6m7.001s"},
+		{480000000001LL, "8m0.000000001s"}, {9223372036854775807LL, "2562047h47m16.854775807s"},
+		{-9223372036854775807LL - 1, "-2562047h47m16.854775808s"}, {-1500000000LL, "-1.5s"},
+		{2000000000LL, "2s"}, {500000000LL, "500ms"},
+	};
+	for (size_t i = 0; i < sizeof fmt / sizeof fmt[0]; i++) {
+		char out[40];
+		format_duration(fmt[i].ns, out);
+		CHECK(strcmp(out, fmt[i].s) == 0, "format_duration(%lld) = %s, want %s", fmt[i].ns, out, fmt[i].s);
+	}
+}
+
+/* ---- HTTP responses ---- */
+
+struct http_case {
+	const char *name, *raw;
+	int status; /* 0: must fail */
+	const char *body, *err;
+};
+
+static void test_http(void)
+{
+	static const struct http_case cases[] = {
+		{"204", "HTTP/1.1 204 No Content\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\n\r\n", 204, "", NULL},
+		{"204 without reason", "HTTP/1.1 204\r\n\r\n", 204, "", NULL},
+		{"200 body", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}",
+		 200, "{\"a\":1}", NULL},
+		{"header case", "HTTP/1.0 200 OK\r\ncOnTeNt-LeNgTh:   3  \r\n\r\nabc", 200, "abc", NULL},
+		{"409 sentence",
+		 "HTTP/1.1 409 Conflict\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\n"
+		 "Content-Length: 24\r\n\r\ncontainer c1 is running\n",
+		 409, "container c1 is running\n", NULL},
+		{"same length twice", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", 200, "x", NULL},
+		{"bare LF", "HTTP/1.1 200 OK\nContent-Length: 2\n\nok", 200, "ok", NULL},
+		{"empty 200 with length 0", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 200, "", NULL},
+		{"empty", "", 0, NULL, "empty"},
+		{"truncated body", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345", 0, NULL, "cut short: 5 of 10"},
+		{"truncated headers", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n", 0, NULL, "inside the headers"},
+		{"truncated status", "HTTP/1.1 200 O", 0, NULL, "inside the status line"},
+		{"extra bytes", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxy", 0, NULL, "1 bytes followed"},
+		{"missing length", "HTTP/1.1 200 OK\r\n\r\n{}", 0, NULL, "without Content-Length"},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 0, NULL,
+		 "Transfer-Encoding"},
+		{"oversized", "HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n", 0, NULL, "over 32 MiB"},
+		{"two lengths", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx", 0, NULL, "two different"},
+		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: 1a\r\n\r\nx", 0, NULL, "bad Content-Length"},
+		{"negative length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", 0, NULL, "bad Content-Length"},
+		{"empty length", "HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n", 0, NULL, "bad Content-Length"},
+		{"garbage status", "SSH-2.0-OpenSSH\r\n\r\n", 0, NULL, "bad status line"},
+		{"http/2", "HTTP/2 200 OK\r\n\r\n", 0, NULL, "bad status line"},
+		{"two-digit status", "HTTP/1.1 20 OK\r\n\r\n", 0, NULL, "bad status line"},
+		{"glued reason", "HTTP/1.1 200OK\r\n\r\n", 0, NULL, "bad status line"},
+		{"status 099", "HTTP/1.1 099 X\r\n\r\n", 0, NULL, "bad status line"},
+		{"informational", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", 0, NULL, "informational"},
+		{"folded header", "HTTP/1.1 204 No Content\r\nA: b\r\n c\r\n\r\n", 0, NULL, "bad header line"},
+		{"header without colon", "HTTP/1.1 204 No Content\r\nAb\r\n\r\n", 0, NULL, "bad header line"},
+		{"space in name", "HTTP/1.1 204 No Content\r\nContent-Length : 0\r\n\r\n", 0, NULL, "bad header line"},
+		{"204 with body", "HTTP/1.1 204 No Content\r\nContent-Length: 1\r\n\r\nx", 0, NULL, "no-content"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const struct http_case *c = &cases[i];
+		struct http_response r;
+		char err[256] = "";
+		int rc = http_parse_response(c->raw, strlen(c->raw), &r, err, sizeof err);
+		if (!c->status) {
+			CHECK(rc != 0 && strstr(err, c->err), "%s: rc %d err \"%s\", want \"%s\"", c->name, rc, err, c->err);
+			continue;
+		}
+		CHECK(rc == 0, "%s: %s", c->name, err);
+		CHECK(r.status == c->status, "%s: status %d", c->name, r.status);
+		CHECK(r.body_len == strlen(c->body) && memcmp(r.body, c->body, r.body_len) == 0, "%s: body %.*s",
+		      c->name, (int)r.body_len, r.body);
+	}
+	/* Too many headers. */
+	{
+		static char raw[8192];
+		size_t w = (size_t)sprintf(raw, "HTTP/1.1 204 No Content\r\n");
+		for (int i = 0; i < 101; i++)
+			w += (size_t)sprintf(raw + w, "X-%d: y\r\n", i);
+		w += (size_t)sprintf(raw + w, "\r\n");
+		struct http_response r;
+		char err[256];
+		CHECK(http_parse_response(raw, w, &r, err, sizeof err) != 0 && strstr(err, "100"), "header flood: %s", err);
+	}
+	/* The request head, byte for byte. */
+	{
+		struct muxd_request req = {.method = "POST", .target = "/v1/runtime/hooks/poststop", .body = "{}", .body_len = 2};
+		size_t len;
+		char *h = muxd_build_request(&req, &len);
+		const char *want = "POST /v1/runtime/hooks/poststop HTTP/1.1\r\nHost: muxd\r\nConnection: close\r\n"
+				   "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n";
+		CHECK(h && len == strlen(want) && memcmp(h, want, len) == 0, "request head: %s", h);
+		free(h);
+		struct muxd_request del = {.method = "DELETE", .target = "/v1/containers/a%20b"};
+		h = muxd_build_request(&del, &len);
+		want = "DELETE /v1/containers/a%20b HTTP/1.1\r\nHost: muxd\r\nConnection: close\r\n\r\n";
+		CHECK(h && len == strlen(want) && memcmp(h, want, len) == 0, "delete head: %s", h);
+		free(h);
+	}
+}
+
+/* ---- runc log lines ---- */
+
+static void test_runlog(void)
+{
+	char out[512];
+	const char *in = "a\"b\\c\n\t\x01<>&\xff \xc3\xa9 \xe2\x80\xa8\x7f";
+	json_escape(in, strlen(in), out);
+	CHECK_STR(out, "a\\\"b\\\\c\\n\\t\\u0001\\u003c\\u003e\\u0026\\ufffd \xc3\xa9 \\u2028\x7f");
+	json_escape("\b\f\r\x1f", 4, out);
+	CHECK_STR(out, "\\b\\f\\r\\u001f");
+	/* Cut and overlong UTF-8 are invalid, one \ufffd per byte as in Go. */
+	json_escape("\xe2\x80 \xc0\xaf \xed\xa0\x80", 9, out);
+	CHECK_STR(out, "\\ufffd\\ufffd \\ufffd\\ufffd \\ufffd\\ufffd\\ufffd");
+
+	const char *t = "a\"b\\c\n\x01\xff \xc3\xa9\x7f\xc2\x85\a\v";
+	text_quote(t, strlen(t), out);
+	CHECK_STR(out, "\"a\\\"b\\\\c\\n\\x01\\xff \xc3\xa9\\x7f\\u0085\\a\\v\"");
+
+	struct timespec ts = {0, 0};
+	rfc3339nano(&ts, out);
+	CHECK_STR(out, "1970-01-01T00:00:00Z");
+	ts = (struct timespec){1700000000, 123456000};
+	rfc3339nano(&ts, out);
+	CHECK_STR(out, "2023-11-14T22:13:20.123456Z");
+	ts = (struct timespec){1700000000, 1};
+	rfc3339nano(&ts, out);
+	CHECK_STR(out, "2023-11-14T22:13:20.000000001Z");
+
+	size_t len;
+	ts = (struct timespec){0, 500000000};
+	char *l = runlog_line("json", "error", "muxflow-runtime: \"x\" <y>", NULL, &ts, &len);
+	CHECK_STR(l, "{\"level\":\"error\",\"msg\":\"muxflow-runtime: \\\"x\\\" \\u003cy\\u003e\",\"time\":\"1970-01-01T00:00:00.5Z\"}\n");
+	CHECK(l && len == strlen(l), "json length");
+	free(l);
+	l = runlog_line("json", "info", "muxflow: GPU container wired", "c 1", &ts, &len);
+	CHECK_STR(l, "{\"container\":\"c 1\",\"level\":\"info\",\"msg\":\"muxflow: GPU container wired\",\"time\":\"1970-01-01T00:00:00.5Z\"}\n");
+	free(l);
+	l = runlog_line("text", "error", "bad\n\"x\"", NULL, &ts, &len);
+	CHECK_STR(l, "time=\"1970-01-01T00:00:00.5Z\" level=error msg=\"bad\\n\\\"x\\\"\"\n");
+	free(l);
+	l = runlog_line("", "info", "m", "c1", &ts, &len);
+	CHECK_STR(l, "time=\"1970-01-01T00:00:00.5Z\" level=info msg=\"m\" container=\"c1\"\n");
+	free(l);
+
+	/* Appending: created 0600, lines accumulate. */
+	const char *log = tpath("run.log");
+	runlog_append(log, "json", "error", "one", NULL);
+	runlog_append(log, "json", "error", "two", NULL);
+	struct stat st;
+	CHECK(stat(log, &st) == 0 && (st.st_mode & 0777) == 0600, "log mode %o", st.st_mode & 0777);
+	char *data = read_all(log, &len);
+	CHECK(data && strstr(data, "\"msg\":\"one\"") && strstr(data, "\"msg\":\"two\"") &&
+	      strchr(data, '\n') != strrchr(data, '\n'), "log: %s", data);
+	free(data);
+}
+
+/* ---- bundle ---- */
+
+static void test_bundle(void)
+{
+	struct config_file cf;
+	char err[512];
+	const char *b = tpath("bundle");
+	char cfgp[4200];
+	size_t len;
+
+	mkdir(b, 0755);
+	snprintf(cfgp, sizeof cfgp, "%s/config.json", b);
+	write_file(cfgp, "{\"a\":1}", 7, 0604);
+	CHECK(config_open(b, &cf) == 0 && cf.len == 7 && memcmp(cf.data, "{\"a\":1}", 7) == 0 &&
+	      cf.mode == 0604, "open: len %zu mode %o", cf.len, cf.mode);
+	umask(077);
+	CHECK(config_replace(&cf, "{\"b\":2}\n", 8, err, sizeof err) == 0, "replace: %s", err);
+	char *data = read_all(cfgp, &len);
+	struct stat st;
+	CHECK(data && len == 8 && memcmp(data, "{\"b\":2}\n", 8) == 0, "replaced content");
+	CHECK(stat(cfgp, &st) == 0 && (st.st_mode & 07777) == 0604, "mode kept: %o", st.st_mode & 07777);
+	free(data);
+	char tmpp[4200];
+	snprintf(tmpp, sizeof tmpp, "%s/" CONFIG_TMP_NAME, b);
+	CHECK(access(tmpp, F_OK) != 0, "temporary file left");
+	/* A stale temporary file is replaced. */
+	write_file(tmpp, "stale", 5, 0600);
+	CHECK(config_replace(&cf, "{}", 2, err, sizeof err) == 0, "stale temp: %s", err);
+	/* A failure leaves config.json as it was and says which step. */
+	mkdir(tmpp, 0700);
+	CHECK(config_replace(&cf, "{\"c\":3}", 7, err, sizeof err) != 0 && strstr(err, CONFIG_TMP_NAME),
+	      "replace must fail: %s", err);
+	data = read_all(cfgp, &len);
+	CHECK(data && len == 2 && memcmp(data, "{}", 2) == 0, "config.json changed by a failed replace");
+	free(data);
+	rmdir(tmpp);
+	config_close(&cf);
+
+	/* What must not be read: a symlink, a FIFO, a directory, an oversized
+	 * file, a missing bundle. */
+	unlink(cfgp);
+	write_file(tpath("outside.json"), "{}", 2, 0644);
+	CHECK(symlink(tpath("outside.json"), cfgp) == 0, "symlink");
+	CHECK(config_open(b, &cf) != 0, "a symlinked config.json must not be followed");
+	unlink(cfgp);
+	CHECK(mkfifo(cfgp, 0600) == 0, "mkfifo");
+	CHECK(config_open(b, &cf) != 0, "a FIFO must be refused without hanging");
+	unlink(cfgp);
+	mkdir(cfgp, 0755);
+	CHECK(config_open(b, &cf) != 0, "a directory must be refused");
+	rmdir(cfgp);
+	int fd = open(cfgp, O_WRONLY | O_CREAT, 0644);
+	CHECK(fd >= 0 && ftruncate(fd, CONFIG_MAX_SIZE + 1) == 0, "ftruncate");
+	close(fd);
+	CHECK(config_open(b, &cf) != 0, "over 16 MiB must be refused");
+	CHECK(truncate(cfgp, CONFIG_MAX_SIZE) == 0 && config_open(b, &cf) == 0 && cf.len == CONFIG_MAX_SIZE,
+	      "16 MiB exactly is fine");
+	config_close(&cf);
+	CHECK(config_open(tpath("nobundle"), &cf) != 0, "a missing bundle");
+	CHECK(config_open(cfgp, &cf) != 0, "a bundle that is a file");
+}
+
+/* ---- runtime resolution ---- */
+
+static void test_execpath(void)
+{
+	char out[PATH_MAX], dir[PATH_MAX];
+	const char *bin = tpath("bin"), *bin2 = tpath("bin2");
+	char p[4200], oldpath[8192];
+	mkdir(bin, 0755);
+	mkdir(bin2, 0755);
+
+	CHECK(self_dir(dir, sizeof dir) == 0 && dir[0] == '/', "self_dir: %s", dir);
+	CHECK(sibling("/a/b", "c", out, sizeof out) == 0 && strcmp(out, "/a/b/c") == 0, "sibling: %s", out);
+	CHECK(sibling("/", "c", out, sizeof out) == 0 && strcmp(out, "/c") == 0, "sibling /: %s", out);
+	CHECK(sibling("/a", "c", out, 4) != 0, "sibling must not truncate");
+
+	snprintf(p, sizeof p, "%s/myrunc", bin);
+	write_file(p, "#!/bin/sh\n", 10, 0755);
+	CHECK(resolve_runtime(p, NULL, out, sizeof out) == 0 && strcmp(out, p) == 0, "by path: %s", out);
+	snprintf(p, sizeof p, "%s/noexec", bin);
+	write_file(p, "x", 1, 0644);
+	CHECK(resolve_runtime(p, NULL, out, sizeof out) != 0, "a file without exec bits");
+	CHECK(resolve_runtime(tpath("bin/none"), NULL, out, sizeof out) != 0, "a missing file");
+	CHECK(resolve_runtime(bin, NULL, out, sizeof out) != 0, "a directory");
+	CHECK(resolve_runtime("", NULL, out, sizeof out) != 0, "empty");
+
+	const char *saved = getenv("PATH");
+	snprintf(oldpath, sizeof oldpath, "%s", saved ? saved : "");
+	/* PATH order, skipping what is not executable. */
+	snprintf(p, sizeof p, "%s/myrunc", bin2);
+	write_file(p, "#!/bin/sh\n", 10, 0755);
+	snprintf(p, sizeof p, "%s/noexec", bin2);
+	write_file(p, "#!/bin/sh\n", 10, 0755);
+	snprintf(p, sizeof p, "/nonexistent:%s:%s", bin, bin2);
+	setenv("PATH", p, 1);
+	snprintf(p, sizeof p, "%s/myrunc", bin);
+	CHECK(resolve_runtime("myrunc", NULL, out, sizeof out) == 0 && strcmp(out, p) == 0, "PATH first: %s", out);
+	snprintf(p, sizeof p, "%s/noexec", bin2);
+	CHECK(resolve_runtime("noexec", NULL, out, sizeof out) == 0 && strcmp(out, p) == 0, "PATH skip: %s", out);
+	CHECK(resolve_runtime("nothere", NULL, out, sizeof out) != 0, "not in PATH");
+	/* Found through a relative entry: refused, like Go's exec.ErrDot. */
+	CHECK(chdir(bin) == 0, "chdir");
+	setenv("PATH", "/nonexistent::/usr/bin", 1);
+	CHECK(resolve_runtime("myrunc", NULL, out, sizeof out) != 0, "relative PATH entry");
+	setenv("PATH", ".", 1);
+	CHECK(resolve_runtime("myrunc", NULL, out, sizeof out) != 0, "PATH=.");
+	CHECK(chdir("/") == 0, "chdir /");
+
+	/* Loops: this very program (here the test binary) and the wrapper. */
+	CHECK(resolve_runtime("/proc/self/exe", NULL, out, sizeof out) != 0, "self by /proc/self/exe");
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	self[n > 0 ? n : 0] = '\0';
+	snprintf(p, sizeof p, "%s/runc", bin2);
+	CHECK(symlink(self, p) == 0, "symlink self");
+	setenv("PATH", bin2, 1);
+	CHECK(resolve_runtime("runc", NULL, out, sizeof out) != 0, "self through a symlink in PATH");
+	snprintf(p, sizeof p, "%s/" WRAPPER_NAME, bin);
+	write_file(p, "#!/bin/sh\n", 10, 0755);
+	char wr[4200];
+	snprintf(wr, sizeof wr, "%s/wr", bin2);
+	CHECK(link(p, wr) == 0, "hard link");
+	CHECK(resolve_runtime(wr, bin, out, sizeof out) != 0, "the wrapper under another name");
+	CHECK(resolve_runtime(wr, bin2, out, sizeof out) == 0, "no wrapper in that selfdir");
+	setenv("PATH", oldpath, 1);
+}
+
+static void test_sentence(void)
+{
+	char *s = sentence("refused: no GPU 7\r\n\n", 20);
+	CHECK_STR(s, "refused: no GPU 7");
+	free(s);
+	CHECK(sentence("\n \t", 3) == NULL, "blank sentence");
+	s = sentence("a\0b", 3);
+	CHECK_STR(s, "a");
+	free(s);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: unit DEFAULT_POLICY_TOML PLAIN_SPEC_JSON\n");
+		return 2;
+	}
+	if (!mkdtemp(tmp)) {
+		perror("mkdtemp");
+		return 2;
+	}
+	test_args();
+	test_path_clean();
+	test_policy_scan(argv[1]);
+	test_specscan(argv[2]);
+	test_pctenc();
+	test_duration();
+	test_http();
+	test_runlog();
+	test_bundle();
+	test_execpath();
+	test_sentence();
+	char cmd[256];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+	if (system(cmd) != 0)
+		check_failures++;
+	if (check_failures) {
+		fprintf(stderr, "unit: %d failures\n", check_failures);
+		return 1;
+	}
+	printf("unit: ok\n");
+	return 0;
+}
