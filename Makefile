@@ -1,14 +1,15 @@
 # muxflow build entry point. Everything built lands under build/ (git-ignored):
-#   build/bin  — Go binaries (muxd, muxctl, muxflow-runtime, muxflow-hook, gpusimd, ...)
+#   build/bin  — programs: Go (muxd, muxctl, muxflow-wrapper, gpusimd, ...) and C
+#                (muxflow-runtime and muxflow-hook, from hook/native)
 #   build/lib  — C libraries (libxcuda.so, gpusim's fake libcuda.so.1, ...)
-# C parts are the folders that carry their own Makefile; each understands the
-# targets all, test, bench and clean, and the variable BUILD.
+# C parts are the folders (top level, or one below) that carry their own Makefile; each
+# understands the targets all, test, bench and clean, and the variable BUILD.
 
 BUILD   ?= $(CURDIR)/build
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/muxflow/muxflow/muxd/buildinfo.Version=$(VERSION)
-C_PARTS := $(patsubst %/Makefile,%,$(wildcard */Makefile))
+C_PARTS := $(patsubst %/Makefile,%,$(wildcard */Makefile */*/Makefile))
 GOTEST_FLAGS ?= -count=1 -timeout 12m
 
 export BUILD

@@ -21,7 +21,7 @@ fi
 
 # Everything the packages ship must exist: a package missing a program is worse than none.
 missing=
-for f in bin/muxd bin/muxctl bin/muxflow-runtime bin/muxflow-hook bin/muxmatch lib/libxcuda.so; do
+for f in bin/muxd bin/muxctl bin/muxflow-runtime bin/muxflow-hook bin/muxflow-wrapper bin/muxmatch lib/libxcuda.so; do
 	[ -f "$BUILD/$f" ] || missing="$missing $BUILD/$f"
 done
 for f in policy/default.toml systemd/muxd.service systemd/muxd.socket README.md docs/install.md LICENSE; do
@@ -30,7 +30,7 @@ done
 if [ -n "$missing" ]; then
 	echo "package: cannot build the packages; missing:" >&2
 	for f in $missing; do echo "  $f" >&2; done
-	echo "package: run 'make build' at the top level (libxcuda.so comes from libxcuda/, muxmatch from matcher/)." >&2
+	echo "package: run 'make build' at the top level (libxcuda.so comes from libxcuda/, muxmatch from matcher/, muxflow-runtime and muxflow-hook from hook/native/)." >&2
 	exit 1
 fi
 
@@ -40,7 +40,7 @@ mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/man" "$DIST"
 # Ship stripped copies (Debian policy; a quarter of the size). Go keeps its own symbol
 # table for stack traces, and --strip-unneeded keeps libxcuda's dynamic symbols, which
 # is all LD_PRELOAD interposition needs.
-for b in muxd muxctl muxflow-runtime muxflow-hook muxmatch; do
+for b in muxd muxctl muxflow-runtime muxflow-hook muxflow-wrapper muxmatch; do
 	cp "$BUILD/bin/$b" "$STAGE/bin/$b"
 done
 cp "$BUILD/lib/libxcuda.so" "$STAGE/lib/libxcuda.so"
@@ -65,13 +65,14 @@ gzip -9n "$STAGE"/man/*
 modcache=$("$GO" env GOMODCACHE)
 notices=$STAGE/third-party-notices.txt
 {
-	echo "Third-party software in the muxflow programs (muxd, muxctl, muxflow-runtime,"
-	echo "muxflow-hook, muxmatch), with the license each is distributed under."
+	echo "Third-party software in the muxflow Go programs (muxd, muxctl, muxflow-wrapper,"
+	echo "muxmatch), with the license each is distributed under. muxflow-runtime, muxflow-hook"
+	echo "and libxcuda are C and link only the C library."
 	echo
 	echo "==> Go standard library and runtime ($("$GO" env GOVERSION))"
 	cat "$("$GO" env GOROOT)/LICENSE"
 } >"$notices"
-for b in muxd muxctl muxflow-runtime muxflow-hook muxmatch; do
+for b in muxd muxctl muxflow-wrapper muxmatch; do
 	"$GO" version -m "$BUILD/bin/$b" 2>/dev/null || true
 done | awk -F'\t' '
 	# A "dep" line may be followed by "=>", the replacement actually linked in.

@@ -106,6 +106,7 @@ expected_files() {
 -rwxr-xr-x /usr/bin/muxd
 -rwxr-xr-x /usr/bin/muxflow-hook
 -rwxr-xr-x /usr/bin/muxflow-runtime
+-rwxr-xr-x /usr/bin/muxflow-wrapper
 -rwxr-xr-x /usr/bin/muxmatch
 -rw-r--r-- /usr/lib/muxflow/libxcuda.so
 -rw-r--r-- /usr/lib/systemd/system/muxd.service
@@ -204,7 +205,7 @@ if ! cmp -s "$T/x/etc/muxflow/policy.toml" "$ROOT/policy/default.toml"; then
 fi
 cmp -s "$T/x/usr/lib/systemd/system/muxd.service" "$ROOT/systemd/muxd.service" || fail "the shipped muxd.service is not systemd/muxd.service"
 cmp -s "$T/x/usr/lib/systemd/system/muxd.socket" "$ROOT/systemd/muxd.socket" || fail "the shipped muxd.socket is not systemd/muxd.socket"
-for b in muxd muxctl muxflow-runtime muxflow-hook muxmatch; do
+for b in muxd muxctl muxflow-runtime muxflow-hook muxflow-wrapper muxmatch; do
 	if [ "$(head -c 4 "$T/x/usr/bin/$b" | od -An -c | tr -d ' ')" = '177ELF' ] &&
 		objdump -h "$T/x/usr/bin/$b" | grep -q '\.debug_'; then
 		fail "/usr/bin/$b is not stripped"
@@ -218,7 +219,7 @@ zcat "$T/x/usr/share/man/man8/muxd.8.gz" | grep -q -- '-policy' || fail "muxd.8 
 # Every Go module linked into the programs has its license text in the notices.
 zcat "$T/x/usr/share/doc/muxflow/third-party-notices.txt.gz" >"$T/notices"
 grep -q '^==> Go standard library' "$T/notices" || fail "third-party notices lack the Go standard library"
-for b in muxd muxctl muxflow-runtime muxflow-hook muxmatch; do
+for b in muxd muxctl muxflow-wrapper muxmatch; do
 	"$GO" version -m "$BUILD/bin/$b" 2>/dev/null | awk -F'\t' '$2 == "dep" {print $3}'
 done | sort -u >"$T/modules"
 [ -s "$T/modules" ] || fail "go version -m found no modules in the programs"

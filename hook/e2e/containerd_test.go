@@ -195,10 +195,11 @@ func TestContainerd(t *testing.T) {
 		}
 		defer func() {
 			e.remove(t, id)
-			// poststop unregisters.
-			if _, err := e.client.Container(context.Background(), id); !client.IsNotFound(err) {
-				t.Errorf("after its task was deleted, muxd still answers %v for the container", err)
-			}
+			// muxd unregisters the container when its process exits.
+			waitFor(t, 10*time.Second, "muxd to unregister the stopped container", func() bool {
+				_, err := e.client.Container(context.Background(), id)
+				return client.IsNotFound(err)
+			})
 		}()
 		probeFile := filepath.Join(e.outDir, id+".probe")
 		waitFor(t, 20*time.Second, "the container's probe", func() bool { _, err := os.Stat(probeFile); return err == nil })

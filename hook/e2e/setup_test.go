@@ -42,6 +42,7 @@ func newNode(t testing.TB, runtimeName, lib string) *node {
 		muxdBin: testenv.Artifact(t, "bin/muxd"),
 	}
 	testenv.Artifact(t, "bin/muxflow-hook")
+	testenv.Artifact(t, "bin/muxflow-wrapper")
 	// A short directory: unix socket paths are limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "mfe2e")
 	if err != nil {

@@ -1,7 +1,9 @@
 // Package gpucontainer decides whether an OCI spec describes a GPU container and, for one
 // that does, what muxd must know about it: which GPUs it may use, its class and its limits.
-// It only reads the spec; changing it is the job of package wiring. It is on the fast path
-// of every container creation, so it stays small: no regular expressions, no policy.
+// It only reads the spec; changing it is the job of package wiring. muxflow-runtime's C
+// front (hook/native) relies on its sources: a spec in which none of the strings
+// NVIDIA_VISIBLE_DEVICES, "cdi.k8s.io/" and "/dev/nvidia" occurs, and which has no JSON
+// escape, is never a GPU container here, so a new source must be added there too.
 package gpucontainer
 
 import (

@@ -1,6 +1,8 @@
 package gpucontainer
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -98,5 +100,31 @@ func FuzzDetect(f *testing.F) {
 				}
 			}
 		}
+	})
+}
+
+// FuzzNativeFastPathContract checks what muxflow-runtime's C front assumes (see the
+// package comment): a config.json in which Detect finds GPUs always contains one of the
+// front's tokens or a backslash, so the front never runs a GPU container unwired.
+func FuzzNativeFastPathContract(f *testing.F) {
+	f.Add([]byte(`{"process":{"env":["NVIDIA_VISIBLE_DEVICES=0"]}}`))
+	f.Add([]byte(`{"annotations":{"cdi.k8s.io/x":"nvidia.com/gpu=0"}}`))
+	f.Add([]byte(`{"linux":{"devices":[{"path":"/dev/nvidiactl"}]}}`))
+	f.Add([]byte(`{"PROCESS":{"ENV":["NVIDIA_VISIBLE_DEVICES=all"]}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var s specs.Spec
+		if json.Unmarshal(raw, &s) != nil {
+			return
+		}
+		gpus, err := Detect(&s)
+		if gpus == nil && err == nil {
+			return
+		}
+		for _, tok := range []string{"NVIDIA_VISIBLE_DEVICES", "cdi.k8s.io/", "/dev/nvidia", `\`} {
+			if bytes.Contains(raw, []byte(tok)) {
+				return
+			}
+		}
+		t.Fatalf("GPU container (%v, %v) without any of the C front's tokens: %s", gpus, err, raw)
 	})
 }

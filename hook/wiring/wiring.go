@@ -118,9 +118,13 @@ func (e Env) Modify(s *specs.Spec) error {
 	return nil
 }
 
-// Hooks adds muxflow-hook as a createRuntime hook (it reports the host pid) and a poststop
-// hook (it unregisters). Existing hooks are kept; muxflow's run last on createRuntime so
-// that the container is set up as its other hooks want it before muxd learns its pid.
+// Hooks adds muxflow-hook as a createRuntime hook: it reports the container's host pid to
+// muxd. Existing hooks are kept; muxflow's runs last so that the container is set up as its
+// other hooks want it before muxd learns its pid. There is no poststop hook: muxd watches
+// the process it was told about and unregisters the container when it exits, which saves
+// a hook process on every container's run (a few ms each) and also works when the runtime
+// never gets to run poststop hooks. muxflow-hook still understands poststop, for specs
+// wired by earlier versions.
 type Hooks struct {
 	// Binary is the host path of muxflow-hook.
 	Binary string
@@ -130,7 +134,7 @@ type Hooks struct {
 	TimeoutSeconds int
 }
 
-// Hook subcommands understood by muxflow-hook.
+// Hook subcommands understood by muxflow-hook (and muxd's /v1/runtime/hooks endpoint).
 const (
 	HookStart = "create-runtime"
 	HookStop  = "poststop"
@@ -154,8 +158,6 @@ func (h Hooks) Modify(s *specs.Spec) error {
 	}
 	ours := func(x specs.Hook) bool { return x.Path == h.Binary }
 	s.Hooks.CreateRuntime = append(slices.DeleteFunc(s.Hooks.CreateRuntime, ours), mk(HookStart))
-	// Poststop runs ours first: the container is gone, muxd should know as soon as possible.
-	s.Hooks.Poststop = append([]specs.Hook{mk(HookStop)}, slices.DeleteFunc(s.Hooks.Poststop, ours)...)
 	return nil
 }
 

@@ -86,10 +86,7 @@ func TestPlanWiresContainer(t *testing.T) {
 	three := 3
 	wantHooks := &specs.Hooks{
 		CreateRuntime: []specs.Hook{{Path: "/usr/bin/muxflow-hook", Args: append([]string{"muxflow-hook", "create-runtime"}, args...), Timeout: &three}},
-		Poststop: []specs.Hook{
-			{Path: "/usr/bin/muxflow-hook", Args: append([]string{"muxflow-hook", "poststop"}, args...), Timeout: &three},
-			{Path: "/usr/bin/other-hook"},
-		},
+		Poststop:      []specs.Hook{{Path: "/usr/bin/other-hook"}},
 	}
 	if diff := cmp.Diff(wantHooks, s.Hooks); diff != "" {
 		t.Errorf("hooks (-want +got):\n%s", diff)

@@ -1,9 +1,12 @@
-// Package wrapper is the full muxflow runtime wrapper, run as `muxflow-hook runtime ARGS`
-// when muxflow-runtime's first stage (package front) finds a GPU container or is not sure.
-// On create and run it reads the bundle's config.json and, for a GPU container, classifies
-// it, registers it with muxd and wires it into MPS and libxcuda before handing the unchanged
-// command line to the real runtime (runc or crun). Every other command, and every container
-// that asks for no GPU, is passed through untouched and nothing is written.
+// Package wrapper is muxflow-wrapper, the Go half of muxflow-runtime. muxflow-runtime, a
+// small C program on every container's creation path (hook/native), settles the common
+// cases itself: commands other than create, containers that certainly ask for no GPU, and
+// GPU containers that muxd prepares over its API. It hands this wrapper whatever it cannot
+// settle with certainty: muxd not running, a policy file or command line it cannot read
+// for sure, a spec given with crun's --config. The wrapper decides those with the full
+// policy decoder and the runtime-spec types, reports problems where containerd looks for
+// them, and otherwise execs the real runtime (runc or crun) with the command line
+// unchanged.
 package wrapper
 
 import (
@@ -23,32 +26,40 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/muxflow/muxflow/hook/classify"
-	"github.com/muxflow/muxflow/hook/front"
 	"github.com/muxflow/muxflow/hook/gpucontainer"
-	"github.com/muxflow/muxflow/hook/muxdconn"
-	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/client"
 	"github.com/muxflow/muxflow/policy"
 )
 
-// Registrar is the part of muxd's client the wrapper uses.
-type Registrar interface {
-	Register(ctx context.Context, r api.RegisterRequest) (api.Container, error)
+// PolicyEnv overrides where the policy is read from. containerd starts runtimes with
+// BinaryName and no extra arguments, so the environment (inherited from containerd through
+// the shim) is the one way to point muxflow-runtime at another file.
+const PolicyEnv = "MUXFLOW_POLICY"
+
+// HookName is the file name of muxflow-hook, installed next to muxflow-wrapper.
+const HookName = "muxflow-hook"
+
+// RuntimeName is the file name of muxflow-runtime, installed next to muxflow-wrapper.
+const RuntimeName = "muxflow-runtime"
+
+// Muxd is the part of muxd's client the wrapper uses.
+type Muxd interface {
+	CreateForRuntime(ctx context.Context, id, bundle, hook string, spec []byte) ([]byte, error)
 	Unregister(ctx context.Context, id string) error
 }
 
-// Wrapper holds what one invocation needs; the zero value plus Defaults is the real thing,
-// and tests replace the pieces that touch the system.
+// Wrapper holds what one invocation needs; the zero value is the real thing, and tests
+// replace the pieces that touch the system.
 type Wrapper struct {
 	// Policy loads the policy; by default from $MUXFLOW_POLICY, else /etc/muxflow/policy.toml
 	// when it exists, else the embedded default.
 	Policy func() (*policy.Policy, string, error)
 	// Client returns the muxd client for a policy.
-	Client func(*policy.Policy) Registrar
+	Client func(*policy.Policy) Muxd
 	// Exec replaces the process with the real runtime (syscall.Exec).
 	Exec func(path string, argv, env []string) error
-	// Self is the wrapper's own executable (muxflow-hook): the binary the OCI hooks run,
-	// and, with muxflow-runtime beside it, what hook.runtime must never resolve to.
+	// Self is the wrapper's own executable: muxflow-hook and muxflow-runtime are beside it.
 	Self string
 	// Cwd resolves a relative --bundle.
 	Cwd string
@@ -59,7 +70,7 @@ type Wrapper struct {
 	logToFile bool
 }
 
-// Run is muxflow-runtime's main: args are the runtime's arguments without argv[0]. It
+// Run is muxflow-wrapper's main: args are the runtime's arguments without argv[0]. It
 // returns only on failure; on success the process has become the real runtime.
 func Run(ctx context.Context, args []string) error {
 	w := &Wrapper{}
@@ -71,7 +82,7 @@ func (w *Wrapper) defaults() {
 		w.Policy = LoadPolicy
 	}
 	if w.Client == nil {
-		w.Client = func(p *policy.Policy) Registrar { return muxdconn.New(p.Node.Socket, p.Hook.Timeout.D()) }
+		w.Client = func(p *policy.Policy) Muxd { return client.New(p.Node.Socket, p.Hook.Timeout.D()) }
 	}
 	if w.Exec == nil {
 		w.Exec = syscall.Exec
@@ -89,9 +100,9 @@ func (w *Wrapper) defaults() {
 	}
 }
 
-// LoadPolicy reads the policy the wrapper and hook run under.
+// LoadPolicy reads the policy the wrapper runs under.
 func LoadPolicy() (*policy.Policy, string, error) {
-	path := os.Getenv(front.PolicyEnv)
+	path := os.Getenv(PolicyEnv)
 	if path == "" {
 		if _, err := os.Stat(policy.DefaultPath); err != nil {
 			return policy.Default(), "embedded default", nil
@@ -108,7 +119,7 @@ func LoadPolicy() (*policy.Policy, string, error) {
 // Run handles one invocation.
 func (w *Wrapper) Run(ctx context.Context, args []string) error {
 	w.defaults()
-	inv, err := front.ParseArgs(args, w.Cwd)
+	inv, err := ParseArgs(args, w.Cwd)
 	log := w.logger(inv)
 	if err != nil {
 		return w.fail(log, fmt.Errorf("muxflow-runtime: %w", err))
@@ -135,12 +146,12 @@ func (w *Wrapper) Run(ctx context.Context, args []string) error {
 	if gpus == nil {
 		return w.passThrough(log, args)
 	}
-	return w.gpuContainer(ctx, log, args, inv, b, &s, gpus)
+	return w.gpuContainer(ctx, log, args, inv, b, &s)
 }
 
 // externalSpec handles crun's --config: a spec outside the bundle. It is only read; a GPU
 // container is refused because wiring it would mean writing outside the bundle.
-func (w *Wrapper) externalSpec(log *slog.Logger, args []string, inv front.Invocation) error {
+func (w *Wrapper) externalSpec(log *slog.Logger, args []string, inv Invocation) error {
 	data, err := readSpecFile(inv.Config)
 	if err != nil {
 		return w.fail(log, fmt.Errorf("muxflow-runtime: container %s: %w", inv.ID, err))
@@ -186,7 +197,7 @@ func (w *Wrapper) findRuntime(name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("muxflow-runtime: the OCI runtime %q (policy hook.runtime) is not installed: %w", name, err)
 	}
-	if w.Self != "" && (sameFile(path, w.Self) || sameFile(path, filepath.Join(filepath.Dir(w.Self), "muxflow-runtime"))) {
+	if w.Self != "" && (sameFile(path, w.Self) || sameFile(path, filepath.Join(filepath.Dir(w.Self), RuntimeName))) {
 		return "", fmt.Errorf("muxflow-runtime: policy hook.runtime %q is muxflow itself; name runc or crun", name)
 	}
 	return path, nil
@@ -198,7 +209,7 @@ func sameFile(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
-func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []string, inv front.Invocation, b *bundle, s *specs.Spec, gpus []string) error {
+func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []string, inv Invocation, b *bundle, s *specs.Spec) error {
 	p, src, err := w.Policy()
 	if err != nil {
 		return w.fail(log, fmt.Errorf("muxflow: cannot create GPU container %s: policy %s: %w", inv.ID, src, err))
@@ -206,91 +217,54 @@ func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []str
 	if err := api.ValidateID(inv.ID); err != nil {
 		return w.fail(log, fmt.Errorf("muxflow: cannot create GPU container: %w", err))
 	}
-	class, limits, err := classify.Classify(s.Annotations, p)
-	if err != nil {
-		return w.fail(log, err)
-	}
-	req := api.RegisterRequest{
-		ID: inv.ID, Class: class, GPUs: gpus, Limits: limits,
-		Namespace: containerdNamespace(inv.Bundle),
-		Pod:       podName(s.Annotations),
-	}
-	if err := req.Validate(); err != nil {
-		return w.fail(log, fmt.Errorf("muxflow: cannot create GPU container: %w", err))
-	}
 	cl := w.Client(p)
-	rctx, cancel := context.WithTimeout(ctx, p.Hook.Timeout.D())
-	c, err := cl.Register(rctx, req)
-	cancel()
-	if errors.Is(err, muxdconn.ErrUnreachable) {
-		mode := p.Hook.OfflineWhenDown
-		if class == api.Online {
-			mode = p.Hook.OnlineWhenDown
-		}
-		if mode == "unshared" {
-			log.Warn("muxflow: muxd is not running; starting the GPU container unshared, without MPS or limits",
-				"container", inv.ID, "class", class, "socket", p.Node.Socket)
-			return w.execRuntime(log, p.Hook.Runtime, args)
-		}
-		return w.fail(log, fmt.Errorf("muxflow: refusing %s GPU container %s because muxd is not running (no answer on %s); start muxd (systemctl start muxd) and retry", class, inv.ID, p.Node.Socket))
+	hook := filepath.Join(filepath.Dir(w.Self), HookName)
+	wired, err := cl.CreateForRuntime(ctx, inv.ID, inv.Bundle, hook, b.raw)
+	var se *client.StatusError
+	switch {
+	case errors.Is(err, client.ErrUnreachable):
+		return w.muxdDown(log, args, inv, s, p)
+	case errors.As(err, &se):
+		return w.fail(log, errors.New(se.Message)) // muxd's sentence names the problem
+	case err != nil:
+		return w.fail(log, fmt.Errorf("muxflow: GPU container %s: %w", inv.ID, err))
+	case wired == nil:
+		return w.execRuntime(log, p.Hook.Runtime, args)
 	}
-	if err != nil {
-		return w.fail(log, fmt.Errorf("muxflow: muxd refused GPU container %s: %w", inv.ID, err))
-	}
-	if err := w.wire(log, inv, b, s, p, c); err != nil {
+	if err := b.writeFile("config.json", wired, b.mode); err != nil {
 		w.unregister(ctx, log, cl, p, inv.ID)
 		return w.fail(log, fmt.Errorf("muxflow: cannot wire GPU container %s: %w", inv.ID, err))
 	}
-	log.Info("muxflow: GPU container wired", "container", inv.ID, "class", class, "gpus", strings.Join(gpus, ","))
+	log.Info("muxflow: GPU container wired", "container", inv.ID)
 	err = w.execRuntime(log, p.Hook.Runtime, args)
 	// execRuntime returns only when the exec failed: nothing will run the poststop hook.
 	w.unregister(ctx, log, cl, p, inv.ID)
 	return err
 }
 
-func (w *Wrapper) wire(log *slog.Logger, inv front.Invocation, b *bundle, s *specs.Spec, p *policy.Policy, c api.Container) error {
-	if c.ID != inv.ID {
-		return fmt.Errorf("muxd registered id %q, not %q", c.ID, inv.ID)
-	}
-	hookBin := w.Self
-	if st, err := os.Stat(hookBin); err != nil || !st.Mode().IsRegular() || !filepath.IsAbs(hookBin) {
-		return fmt.Errorf("cannot find muxflow-hook's own path (%q) for the container's hooks", hookBin)
-	}
-	if _, err := os.Stat(p.Hook.LibXCUDA); err != nil {
-		return fmt.Errorf("libxcuda is not installed at %s (policy hook.libxcuda)", p.Hook.LibXCUDA)
-	}
-	if st, err := os.Stat(p.MPS.PipeDir); err != nil || !st.IsDir() {
-		return fmt.Errorf("the MPS pipe directory %s (policy mps.pipe_dir) does not exist; is muxd's MPS daemon running?", p.MPS.PipeDir)
-	}
-	image, err := b.imagePreload(s)
+// muxdDown applies the policy for a GPU container created while muxd is not running:
+// start it unshared, without MPS or limits, or refuse it.
+func (w *Wrapper) muxdDown(log *slog.Logger, args []string, inv Invocation, s *specs.Spec, p *policy.Policy) error {
+	class, _, err := classify.Classify(s.Annotations, p)
 	if err != nil {
-		return err
+		return w.fail(log, err)
 	}
-	const preloadName = "muxflow-ld.so.preload"
-	if err := b.writeFile(preloadName, []byte(wiring.PreloadContents(image)), 0o644); err != nil {
-		return err
+	mode := p.Hook.OfflineWhenDown
+	if class == api.Online {
+		mode = p.Hook.OnlineWhenDown
 	}
-	mods, err := wiring.Plan{
-		Container: c, Policy: p, HookBinary: hookBin,
-		Preload: filepath.Join(b.dir, preloadName),
-	}.Modifiers()
-	if err != nil {
-		return err
+	if mode == "unshared" {
+		log.Warn("muxflow: muxd is not running; starting the GPU container unshared, without MPS or limits",
+			"container", inv.ID, "class", class, "socket", p.Node.Socket)
+		return w.execRuntime(log, p.Hook.Runtime, args)
 	}
-	if err := mods.Modify(s); err != nil {
-		return err
-	}
-	out, err := patchSpec(b.raw, s)
-	if err != nil {
-		return err
-	}
-	return b.writeFile("config.json", out, b.mode)
+	return w.fail(log, fmt.Errorf("muxflow: refusing %s GPU container %s because muxd is not running (no answer on %s); start muxd (systemctl start muxd) and retry", class, inv.ID, p.Node.Socket))
 }
 
-func (w *Wrapper) unregister(ctx context.Context, log *slog.Logger, cl Registrar, p *policy.Policy, id string) {
+func (w *Wrapper) unregister(ctx context.Context, log *slog.Logger, cl Muxd, p *policy.Policy, id string) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Hook.Timeout.D())
 	defer cancel()
-	if err := cl.Unregister(uctx, id); err != nil {
+	if err := cl.Unregister(uctx, id); err != nil && !client.IsNotFound(err) {
 		log.Warn("muxflow: could not unregister the container after a failed create", "container", id, "error", err)
 	}
 }
@@ -304,58 +278,9 @@ func (w *Wrapper) fail(log *slog.Logger, err error) error {
 	return err
 }
 
-// annotation returns a bounded annotation value; oversized values are dropped, not cut.
-func annotation(ann map[string]string, key string, limit int) string {
-	v := ann[key]
-	if len(v) > limit {
-		return ""
-	}
-	return v
-}
-
-// containerdNamespace reads the containerd namespace (k8s.io, moby, ...) from the bundle
-// path containerd's runc shim uses, <state>/io.containerd.runtime.v2.task/<namespace>/<id>;
-// muxd needs it to stop the container through containerd. Other callers have none.
-func containerdNamespace(bundle string) string {
-	parent := filepath.Dir(bundle)
-	if filepath.Base(filepath.Dir(parent)) != "io.containerd.runtime.v2.task" {
-		return ""
-	}
-	ns := filepath.Base(parent)
-	if len(ns) > 76 || !validNamespace(ns) {
-		return ""
-	}
-	return ns
-}
-
-// validNamespace follows containerd's rule: labels of letters and digits, joined by '.',
-// '_' or '-' inside a label.
-func validNamespace(ns string) bool {
-	if ns == "" {
-		return false
-	}
-	for i := 0; i < len(ns); i++ {
-		c := ns[i]
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || i == len(ns)-1 || (c != '.' && c != '_' && c != '-')) {
-			return false
-		}
-	}
-	return true
-}
-
-// podName is "namespace/name" from the annotations containerd's CRI plugin sets.
-func podName(ann map[string]string) string {
-	ns, name := annotation(ann, "io.kubernetes.cri.sandbox-namespace", 253), annotation(ann, "io.kubernetes.cri.sandbox-name", 253)
-	if ns == "" || name == "" {
-		return ""
-	}
-	return ns + "/" + name
-}
-
 // logger writes where the runtime was told to log (--log, in --log-format), so muxflow's
 // lines surface in containerd's logs next to runc's; without --log it writes to stderr.
-func (w *Wrapper) logger(inv front.Invocation) *slog.Logger {
+func (w *Wrapper) logger(inv Invocation) *slog.Logger {
 	var out io.Writer = w.Stderr
 	if inv.Log != "" {
 		if f, err := os.OpenFile(inv.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {

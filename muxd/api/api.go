@@ -70,7 +70,8 @@ type Limits struct {
 	SMPercent int `json:"sm_percent,omitempty"`
 }
 
-// RegisterRequest is sent by muxflow-runtime on `create`, before the container has a process.
+// RegisterRequest registers a container before it has a process (muxd builds one from the
+// spec for muxflow-runtime's create request; other clients send it to POST /v1/containers).
 type RegisterRequest struct {
 	// ID is the container id as the runtime knows it. Required, immutable; see ValidateID.
 	ID string `json:"id"`

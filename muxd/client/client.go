@@ -1,5 +1,5 @@
-// Package client is the Go client of muxd's API over its unix socket. muxctl, the OCI hook
-// and muxmatch use it; it is also how the end-to-end tests drive a real muxd.
+// Package client is the Go client of muxd's API over its unix socket. muxctl, the runtime
+// wrapper's slow path and muxmatch use it; it is also how the end-to-end tests drive a real muxd.
 package client
 
 import (
@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/muxflow/muxflow/muxd/api"
@@ -59,36 +60,16 @@ func IsNotFound(err error) bool {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
 			return fmt.Errorf("encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://muxd"+api.Prefix+path, body)
+	_, data, err := c.raw(ctx, method, path, body, in != nil)
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.socket, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("read response of %s %s: %w", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e api.Error
-		if json.Unmarshal(data, &e) != nil || e.Error == "" {
-			e.Error = http.StatusText(resp.StatusCode)
-		}
-		return &StatusError{Code: resp.StatusCode, Message: e.Error}
+		return err
 	}
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -98,7 +79,43 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
-// Node returns the node's description.
+// raw sends one request with an optional JSON body and returns a 2xx answer's status and
+// body. Errors are a *StatusError (from muxd's JSON error or text/plain sentence) or wrap
+// ErrUnreachable.
+func (c *Client) raw(ctx context.Context, method, path string, body []byte, hasBody bool) (int, []byte, error) {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://muxd"+api.Prefix+path, rd)
+	if err != nil {
+		return 0, nil, fmt.Errorf("build request: %w", err)
+	}
+	if hasBody {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w at %s: %v", ErrUnreachable, c.socket, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read response of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e api.Error
+		switch {
+		case strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain"):
+			e.Error = strings.TrimSpace(string(data))
+		case json.Unmarshal(data, &e) != nil || e.Error == "":
+			e.Error = http.StatusText(resp.StatusCode)
+		}
+		return 0, nil, &StatusError{Code: resp.StatusCode, Message: e.Error}
+	}
+	return resp.StatusCode, data, nil
+}
+
 func (c *Client) Node(ctx context.Context) (api.NodeInfo, error) {
 	r, err := c.NodeReport(ctx)
 	return r.Node, err
@@ -166,4 +183,22 @@ func (c *Client) Policy(ctx context.Context) (api.PolicyInfo, error) {
 func (c *Client) ReloadPolicy(ctx context.Context) (api.PolicyInfo, error) {
 	var p api.PolicyInfo
 	return p, c.do(ctx, http.MethodPost, "/policy/reload", nil, &p)
+}
+
+// CreateForRuntime sends a container's config.json as muxflow-runtime does on create
+// (POST /v1/runtime/create). It returns the wired config.json for a GPU container that muxd
+// registered, or nil when the container asks for no GPU and must run unchanged.
+func (c *Client) CreateForRuntime(ctx context.Context, id, bundle, hook string, spec []byte) ([]byte, error) {
+	q := url.Values{"id": {id}, "bundle": {bundle}, "hook": {hook}}
+	code, data, err := c.raw(ctx, "POST", "/runtime/create?"+q.Encode(), spec, true)
+	if err != nil || code == http.StatusNoContent {
+		return nil, err
+	}
+	return data, nil
+}
+
+// Hook forwards an OCI hook's state as muxflow-hook does (POST /v1/runtime/hooks/NAME).
+func (c *Client) Hook(ctx context.Context, name string, state []byte) error {
+	_, _, err := c.raw(ctx, "POST", "/runtime/hooks/"+url.PathEscape(name), state, true)
+	return err
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/muxflow/muxflow/muxd/guard"
 	"github.com/muxflow/muxflow/muxd/inventory"
 	"github.com/muxflow/muxflow/muxd/mps"
+	"github.com/muxflow/muxflow/muxd/procwatch"
 	"github.com/muxflow/muxflow/muxd/profiler"
 	"github.com/muxflow/muxflow/muxd/registry"
 	"github.com/muxflow/muxflow/policy"
@@ -63,6 +64,7 @@ type Daemon struct {
 	pol      atomic.Pointer[loadedPolicy]
 	reloadMu sync.Mutex
 	reg      *registry.Registry
+	exits    *procwatch.Watcher // unregisters containers whose process exits
 	controls *control.Manager
 	inv      inventory.Inventory
 	metrics  *metrics
@@ -89,6 +91,7 @@ func New(opts Options) (*Daemon, error) {
 	if d.log == nil {
 		d.log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: d.level}))
 	}
+	d.exits = procwatch.New(d.containerExited)
 	lp, err := d.loadPolicy()
 	if err != nil {
 		return nil, err
@@ -225,7 +228,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if err := d.controls.Ensure(c, d.policy()); err != nil {
 			d.log.Error("cannot restore control directory", "id", c.ID, "err", err)
 		}
+		if c.State == api.StateRunning {
+			d.watchExit(c)
+		}
 	}
+	defer d.exits.Close()
 	ln, err := d.listen()
 	if err != nil {
 		return err
@@ -331,7 +338,33 @@ loop:
 }
 
 // forget releases what muxd holds for a container that is gone.
+// watchExit has the container unregistered when its process exits.
+func (d *Daemon) watchExit(c api.Container) {
+	if err := d.exits.Watch(c.ID, c.PID); err != nil {
+		// The periodic reconciliation still drops it once its process is gone.
+		d.log.Warn("cannot watch the container's process", "id", c.ID, "pid", c.PID, "err", err)
+	}
+}
+
+// containerExited unregisters a container whose process has exited, unless the id was
+// registered again for another process meanwhile.
+func (d *Daemon) containerExited(id string, pid int) {
+	c, err := d.reg.Get(id)
+	if err != nil || c.State != api.StateRunning || c.PID != pid {
+		return
+	}
+	if err := d.reg.Remove(id); err != nil {
+		if !errors.Is(err, registry.ErrNotFound) {
+			d.log.Error("cannot unregister exited container", "id", id, "err", err)
+		}
+		return
+	}
+	d.forget(id)
+	d.log.Info("container exited; unregistered", "id", id, "pid", pid)
+}
+
 func (d *Daemon) forget(id string) {
+	d.exits.Stop(id)
 	if err := d.controls.Remove(id); err != nil {
 		d.log.Error("cannot remove control block", "id", id, "err", err)
 	}

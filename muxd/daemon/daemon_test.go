@@ -40,7 +40,13 @@ func writePolicy(t testing.TB, dir, extra string) string {
 // startNode runs a real muxd (in-process) on a temp socket and state directory.
 func startNode(t testing.TB, dir string) *testNode {
 	t.Helper()
-	pol := writePolicy(t, dir, "")
+	return startNodeWith(t, dir, "")
+}
+
+// startNodeWith is startNode with extra policy text, which continues the [mps] table.
+func startNodeWith(t testing.TB, dir, extra string) *testNode {
+	t.Helper()
+	pol := writePolicy(t, dir, extra)
 	d, err := New(Options{PolicyPath: pol, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

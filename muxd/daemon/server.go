@@ -64,10 +64,12 @@ func (d *Daemon) routes() http.Handler {
 		c, err := d.reg.Start(r.PathValue("id"), req.PID)
 		if err == nil {
 			d.log.Info("container started", "id", c.ID, "pid", c.PID, "class", c.Class)
+			d.watchExit(c)
 		}
 		return statusOf(err, 200), c, err
 	})
 	handle("DELETE "+p+"/containers/{id}", d.unregister)
+	d.runtimeRoutes(mux)
 	handle("GET "+p+"/events", func(r *http.Request) (int, any, error) {
 		if d.mon == nil {
 			return 200, []monitor.Event{}, nil
@@ -92,35 +94,43 @@ func (d *Daemon) register(r *http.Request) (int, any, error) {
 	if err := decodeStrict(r, &req); err != nil {
 		return 400, nil, err
 	}
+	c, code, err := d.registerContainer(req)
+	return code, c, err
+}
+
+// registerContainer admits and registers a container and creates its control block; it is
+// shared by POST /v1/containers and the runtime's create request. The code is the HTTP
+// status that reports the outcome.
+func (d *Daemon) registerContainer(req api.RegisterRequest) (api.Container, int, error) {
 	if err := req.Validate(); err != nil {
-		return 400, nil, err
+		return api.Container{}, 400, err
 	}
 	if err := checkAgainstPolicy(&req, d.policy()); err != nil {
-		return 400, nil, err
+		return api.Container{}, 400, err
 	}
 	if req.Class == api.Offline && d.guard != nil {
 		if _, err := d.reg.Get(req.ID); err != nil { // a retry of an admitted one is fine
 			if err := d.guard.Admit(req.GPUs); err != nil {
-				return 409, nil, fmt.Errorf("offline container %s not admitted: %w", req.ID, err)
+				return api.Container{}, 409, fmt.Errorf("offline container %s not admitted: %w", req.ID, err)
 			}
 		}
 	}
 	c, created, err := d.reg.Add(req, d.controls.Paths(req.ID))
 	if err != nil {
-		return statusOf(err, 200), nil, err
+		return api.Container{}, statusOf(err, 200), err
 	}
 	if !created {
-		return 200, c, nil
+		return c, 200, nil
 	}
 	if err := d.controls.Ensure(c, d.policy()); err != nil {
 		// Without its control block the container cannot be wired: undo the registration.
 		if rerr := d.reg.Remove(c.ID); rerr != nil {
 			d.log.Error("cannot undo registration", "id", c.ID, "err", rerr)
 		}
-		return 500, nil, err
+		return api.Container{}, 500, err
 	}
 	d.log.Info("container registered", "id", c.ID, "class", c.Class, "gpus", c.GPUs, "namespace", c.Namespace)
-	return 201, c, nil
+	return c, 201, nil
 }
 
 func (d *Daemon) unregister(r *http.Request) (int, any, error) {

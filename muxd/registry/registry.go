@@ -1,8 +1,13 @@
 // Package registry is muxd's record of the containers it manages. Every change is written
-// to one file per container under the state directory (atomically: temp file, fsync,
-// rename, fsync of the directory) before it is acknowledged, so that `kill -9` of muxd at
-// any moment loses nothing; on start the registry is read back and reconciled with the
-// processes still running.
+// to one file per container under the state directory (atomically: temp file, then
+// rename) before it is acknowledged, so that `kill -9` of muxd at any moment loses nothing;
+// on start the registry is read back and reconciled with the processes still running.
+//
+// The files are not fsynced. They describe processes of the current boot, which a power
+// loss or kernel crash ends anyway: what survives such a crash is reconciled away (or, if
+// torn, skipped and logged) on the next start. A process crash of muxd loses nothing
+// without fsync, because the data is in the page cache, and the three calls on every GPU
+// container's creation path stay off the disk's flush latency.
 package registry
 
 import (
@@ -122,27 +127,14 @@ func (r *Registry) persist(e *Entry) error {
 	}
 	tmp := f.Name()
 	_, werr := f.Write(data)
-	serr := f.Sync()
 	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
+	if err := errors.Join(werr, cerr); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write registry entry %s: %w", e.ID, err)
 	}
 	if err := os.Rename(tmp, r.path(e.ID)); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("commit registry entry %s: %w", e.ID, err)
-	}
-	return r.syncDir()
-}
-
-func (r *Registry) syncDir() error {
-	d, err := os.Open(r.dir)
-	if err != nil {
-		return fmt.Errorf("sync registry directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync registry directory: %w", err)
 	}
 	return nil
 }
@@ -204,9 +196,11 @@ func (r *Registry) Start(id string, pid int) (api.Container, error) {
 	if !ok {
 		return api.Container{}, fmt.Errorf("%w: container %s is not registered", ErrNotFound, id)
 	}
-	if e.State == api.StateRunning && (e.PID != pid || e.StartTicks != ticks) {
+	if e.State == api.StateRunning && (e.PID != pid || e.StartTicks != ticks) && r.alive(e) {
 		return api.Container{}, fmt.Errorf("%w: container %s already runs as pid %d", ErrConflict, id, e.PID)
 	}
+	// A running entry whose process has gone is the same id started again (docker restart)
+	// before muxd saw the exit: the new process takes its place.
 	next := *e
 	next.State, next.PID, next.StartTicks, next.Started = api.StateRunning, pid, ticks, r.now().UTC()
 	if err := r.persist(&next); err != nil {
@@ -214,6 +208,12 @@ func (r *Registry) Start(id string, pid int) (api.Container, error) {
 	}
 	*e = next
 	return e.Container, nil
+}
+
+// alive reports whether a running entry's process still exists. Callers hold r.mu.
+func (r *Registry) alive(e *Entry) bool {
+	ticks, err := r.procs.StartTicks(e.PID)
+	return err == nil && (e.StartTicks == 0 || ticks == e.StartTicks)
 }
 
 // Remove forgets a container.
@@ -230,7 +230,7 @@ func (r *Registry) Remove(id string) error {
 		return fmt.Errorf("remove registry entry %s: %w", id, err)
 	}
 	delete(r.entries, id)
-	return r.syncDir()
+	return nil
 }
 
 // Get returns one container.

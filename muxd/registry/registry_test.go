@@ -164,3 +164,27 @@ func TestProcFS(t *testing.T) {
 		t.Error("nonexistent pid reported alive")
 	}
 }
+
+func TestStartAgainAfterTheProcessHasGone(t *testing.T) {
+	procs := fakeProcs{100: 7, 200: 9}
+	r, err := Open(t.TempDir(), procs, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Add(req("a"), api.ControlPaths{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Start("a", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Start("a", 200); !errors.Is(err, ErrConflict) {
+		t.Fatalf("second process while the first runs: %v, want ErrConflict", err)
+	}
+	// The first process exits and the id starts again (docker restart) before muxd has
+	// noticed: the new process takes over.
+	delete(procs, 100)
+	c, err := r.Start("a", 200)
+	if err != nil || c.PID != 200 {
+		t.Fatalf("restart: %+v %v", c, err)
+	}
+}

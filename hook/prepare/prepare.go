@@ -1,0 +1,151 @@
+// Package prepare is what happens to a container's spec when the container is created:
+// decide whether it is a GPU container, classify it, register it and wire the spec into
+// MPS and libxcuda. muxd runs it in-process when muxflow-runtime sends a create request
+// (POST /v1/runtime/create), so a GPU container costs one round trip to a warm daemon on
+// the creation path rather than a Go process start per step. The caller writes the
+// returned spec into the bundle: muxd itself never writes outside its own directories.
+package prepare
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/muxflow/muxflow/hook/classify"
+	"github.com/muxflow/muxflow/hook/gpucontainer"
+	"github.com/muxflow/muxflow/hook/wiring"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// MaxSpecSize bounds config.json; real specs are tens of KiB.
+const MaxSpecSize = 16 << 20
+
+// PreloadFile is the name, inside the container's control directory, of the file mounted
+// as the container's /etc/ld.so.preload. It lives with the control block so that only
+// muxd writes it and it goes away when the container is unregistered.
+const PreloadFile = "ld.so.preload"
+
+// Registry is the part of muxd the preparation needs.
+type Registry interface {
+	Register(api.RegisterRequest) (api.Container, error)
+	Unregister(id string) error
+}
+
+// Request is one container creation as the runtime sees it.
+type Request struct {
+	// ID is the container id from the runtime's command line.
+	ID string
+	// Bundle is the absolute bundle directory; its rootfs is read (never written) for the
+	// image's own /etc/ld.so.preload, and its path names the containerd namespace.
+	Bundle string
+	// HookBinary is the absolute host path of muxflow-hook, put into the spec's hooks.
+	HookBinary string
+	// Spec is the bundle's config.json as the runtime read it.
+	Spec []byte
+}
+
+// ErrInvalid marks (through errors.Is) a request that can never succeed as sent: a
+// malformed spec, id, path or annotation. Other errors come from the registry or from the
+// node's setup.
+var ErrInvalid = errors.New("invalid container")
+
+// invalid keeps an error's sentence as it is while making it match ErrInvalid.
+type invalid struct{ err error }
+
+func (e invalid) Error() string        { return e.err.Error() }
+func (e invalid) Unwrap() error        { return e.err }
+func (e invalid) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, a ...any) error { return invalid{fmt.Errorf(format, a...)} }
+
+// Create prepares one container. For a container that asks for no GPU it returns nil and
+// registers nothing. For a GPU container it registers it and returns the wired
+// config.json; when wiring fails after the registration, the registration is undone.
+func Create(req Request, p *policy.Policy, reg Registry) (*api.Container, []byte, error) {
+	if len(req.Spec) > MaxSpecSize {
+		return nil, nil, invalidf("muxflow: container %s: config.json is larger than %d bytes", req.ID, MaxSpecSize)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(req.Spec, &s); err != nil {
+		return nil, nil, invalidf("muxflow: container %s: decode config.json: %v", req.ID, err)
+	}
+	gpus, err := gpucontainer.Detect(&s)
+	if err != nil {
+		return nil, nil, invalidf("muxflow: container %s: %v", req.ID, err)
+	}
+	if gpus == nil {
+		return nil, nil, nil
+	}
+	if err := api.ValidateID(req.ID); err != nil {
+		return nil, nil, invalidf("muxflow: cannot create GPU container: %v", err)
+	}
+	for what, path := range map[string]string{"bundle": req.Bundle, "hook binary": req.HookBinary} {
+		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+			return nil, nil, invalidf("muxflow: GPU container %s: %s path %q is not absolute and clean", req.ID, what, path)
+		}
+	}
+	if s.Process == nil {
+		return nil, nil, invalidf("muxflow: GPU container %s has no process in config.json", req.ID)
+	}
+	class, limits, err := classify.Classify(s.Annotations, p)
+	if err != nil {
+		return nil, nil, invalid{err}
+	}
+	rr := api.RegisterRequest{
+		ID: req.ID, Class: class, GPUs: gpus, Limits: limits,
+		Namespace: ContainerdNamespace(req.Bundle),
+		Pod:       PodName(s.Annotations),
+	}
+	if err := rr.Validate(); err != nil {
+		return nil, nil, invalidf("muxflow: cannot create GPU container: %v", err)
+	}
+	c, err := reg.Register(rr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("muxflow: muxd refused GPU container %s: %w", req.ID, err)
+	}
+	out, err := wire(req, &s, p, c)
+	if err != nil {
+		if uerr := reg.Unregister(req.ID); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("undo the registration: %w", uerr))
+		}
+		return nil, nil, fmt.Errorf("muxflow: cannot wire GPU container %s: %w", req.ID, err)
+	}
+	return &c, out, nil
+}
+
+func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte, error) {
+	if c.ID != req.ID {
+		return nil, fmt.Errorf("muxd registered id %q, not %q", c.ID, req.ID)
+	}
+	if st, err := os.Stat(req.HookBinary); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("muxflow-hook is not installed at %s", req.HookBinary)
+	}
+	if _, err := os.Stat(p.Hook.LibXCUDA); err != nil {
+		return nil, fmt.Errorf("libxcuda is not installed at %s (policy hook.libxcuda)", p.Hook.LibXCUDA)
+	}
+	if st, err := os.Stat(p.MPS.PipeDir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("the MPS pipe directory %s (policy mps.pipe_dir) does not exist; is muxd's MPS daemon running?", p.MPS.PipeDir)
+	}
+	image, err := imagePreload(req.Bundle, s)
+	if err != nil {
+		return nil, err
+	}
+	preload := filepath.Join(c.Control.Dir, PreloadFile)
+	mods, err := wiring.Plan{Container: c, Policy: p, HookBinary: req.HookBinary, Preload: preload}.Modifiers()
+	if err != nil {
+		return nil, err
+	}
+	// Modifiers has checked that the control directory is muxd's own.
+	if err := os.WriteFile(preload, []byte(wiring.PreloadContents(image)), 0o644); err != nil {
+		return nil, fmt.Errorf("write the container's ld.so.preload: %w", err)
+	}
+	if err := mods.Modify(s); err != nil {
+		return nil, err
+	}
+	return wiring.Patch(req.Spec, s)
+}

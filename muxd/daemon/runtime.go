@@ -1,0 +1,167 @@
+package daemon
+
+// The endpoints on the container-creation path. muxflow-runtime and muxflow-hook are small
+// C programs that call them with a raw config.json or OCI state, so that the work that
+// needs Go (the runtime-spec types, the policy, the registry) runs here, in a warm process,
+// instead of in a Go program started for every container. Their answers are meant for C
+// clients: a 204 or a body with an explicit Content-Length on success, and one text/plain
+// sentence on failure, which the runtime hands to containerd as its error.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/muxflow/muxflow/hook/ocihook"
+	"github.com/muxflow/muxflow/hook/prepare"
+	"github.com/muxflow/muxflow/hook/wiring"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/registry"
+)
+
+func (d *Daemon) runtimeRoutes(mux *http.ServeMux) {
+	handle := func(pattern string, h func(*http.Request) (int, []byte, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if err := authorize(r.Context(), d.policy().Node.AllowUIDs); err != nil {
+				d.log.Warn("api request refused", "path", r.URL.Path, "err", err)
+				d.replyRaw(w, pattern, http.StatusForbidden, nil, err)
+				return
+			}
+			code, body, err := h(r)
+			d.replyRaw(w, pattern, code, body, err)
+		})
+	}
+	handle("POST "+api.Prefix+"/runtime/create", d.runtimeCreate)
+	handle("POST "+api.Prefix+"/runtime/hooks/{hook}", d.runtimeHook)
+}
+
+// runtimeCreate answers muxflow-runtime's create request: the query names the container
+// (id, bundle, hook = muxflow-hook's path) and the body is the bundle's config.json. 204:
+// not a GPU container, run it unchanged; 200: the wired config.json, the container is
+// registered.
+func (d *Daemon) runtimeCreate(r *http.Request) (int, []byte, error) {
+	raw, code, err := readBody(r, prepare.MaxSpecSize, "config.json")
+	if err != nil {
+		return code, nil, err
+	}
+	q := r.URL.Query()
+	req := prepare.Request{ID: q.Get("id"), Bundle: q.Get("bundle"), HookBinary: q.Get("hook"), Spec: raw}
+	p := d.policy()
+	c, out, err := prepare.Create(req, p, registryAdapter{d})
+	var se *statusError
+	switch {
+	case errors.As(err, &se):
+		return se.code, nil, err
+	case errors.Is(err, prepare.ErrInvalid):
+		return http.StatusBadRequest, nil, err
+	case err != nil:
+		return http.StatusInternalServerError, nil, err
+	case c == nil:
+		return http.StatusNoContent, nil, nil
+	}
+	d.log.Info("GPU container wired", "id", c.ID, "class", c.Class, "bundle", req.Bundle)
+	return http.StatusOK, out, nil
+}
+
+// runtimeHook receives the OCI state muxflow-hook read from its stdin: create-runtime
+// records the container's host pid, poststop unregisters it.
+func (d *Daemon) runtimeHook(r *http.Request) (int, []byte, error) {
+	hook := r.PathValue("hook")
+	if hook != wiring.HookStart && hook != wiring.HookStop {
+		return http.StatusNotFound, nil, fmt.Errorf("muxd: no OCI hook %q; want %s or %s", hook, wiring.HookStart, wiring.HookStop)
+	}
+	raw, code, err := readBody(r, ocihook.MaxStateSize, "container state")
+	if err != nil {
+		return code, nil, err
+	}
+	st, err := ocihook.ParseState(bytes.NewReader(raw))
+	if err != nil {
+		return http.StatusBadRequest, nil, err
+	}
+	if hook == wiring.HookStart {
+		if st.Pid <= 0 {
+			return http.StatusBadRequest, nil, fmt.Errorf("container %s: the runtime gave no pid", st.ID)
+		}
+		c, err := d.reg.Start(st.ID, st.Pid)
+		if err != nil {
+			return statusOf(err, 0), nil, fmt.Errorf("cannot record the start of container %s (pid %d): %w", st.ID, st.Pid, err)
+		}
+		d.log.Info("container started", "id", c.ID, "pid", c.PID, "class", c.Class)
+		d.watchExit(c)
+		return http.StatusNoContent, nil, nil
+	}
+	err = d.reg.Remove(st.ID)
+	if errors.Is(err, registry.ErrNotFound) {
+		return http.StatusNoContent, nil, nil // already dropped (eviction, or muxd lost it)
+	}
+	if err != nil {
+		return statusOf(err, 0), nil, fmt.Errorf("cannot unregister container %s: %w", st.ID, err)
+	}
+	d.forget(st.ID)
+	d.log.Info("container unregistered", "id", st.ID)
+	return http.StatusNoContent, nil, nil
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(r *http.Request, limit int64, what string) ([]byte, int, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("%s is larger than %d bytes", what, limit)
+	}
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("read %s: %w", what, err)
+	}
+	return data, 0, nil
+}
+
+// replyRaw answers a C client: no body (204), a JSON document with its length, or the
+// error as one text/plain line.
+func (d *Daemon) replyRaw(w http.ResponseWriter, route string, code int, body []byte, err error) {
+	d.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	if err != nil {
+		body = []byte(err.Error() + "\n")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	} else if code != http.StatusNoContent {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	if code != http.StatusNoContent {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	}
+	w.WriteHeader(code)
+	if code != http.StatusNoContent {
+		_, _ = w.Write(body)
+	}
+}
+
+// statusError carries the HTTP status of a registration failure through package prepare.
+type statusError struct {
+	code int
+	err  error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+// registryAdapter lets package prepare register and unregister through the daemon.
+type registryAdapter struct{ d *Daemon }
+
+func (a registryAdapter) Register(req api.RegisterRequest) (api.Container, error) {
+	c, code, err := a.d.registerContainer(req)
+	if err != nil {
+		return c, &statusError{code, err}
+	}
+	return c, nil
+}
+
+func (a registryAdapter) Unregister(id string) error {
+	if err := a.d.reg.Remove(id); err != nil {
+		return err
+	}
+	a.d.forget(id)
+	a.d.log.Info("container unregistered", "id", id)
+	return nil
+}

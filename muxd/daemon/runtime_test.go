@@ -1,0 +1,208 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/muxflow/muxflow/hook/prepare"
+	"github.com/muxflow/muxflow/hook/wiring"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/client"
+)
+
+// runtimeNode is a muxd whose policy points at an installed-looking libxcuda, MPS pipe
+// directory and muxflow-hook, so that GPU containers can be wired.
+func runtimeNode(t *testing.T) (*testNode, string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(bin, "libxcuda.so"), "")
+	writeFile(t, filepath.Join(bin, "muxflow-hook"), "#!/bin/sh\n")
+	if err := os.MkdirAll(filepath.Join(dir, "mps"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := startNodeWith(t, dir, fmt.Sprintf("pipe_dir = %q\n[hook]\nlibxcuda = %q\n", filepath.Join(dir, "mps"), filepath.Join(bin, "libxcuda.so")))
+	t.Cleanup(n.stop)
+	return n, filepath.Join(bin, "muxflow-hook")
+}
+
+// post sends what muxflow-runtime and muxflow-hook send: a raw body, one request per
+// connection, and returns status, Content-Type and body.
+func post(t *testing.T, socket, path string, body []byte) (int, string, []byte) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := c.Post("http://muxd"+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if len(resp.TransferEncoding) != 0 {
+		t.Errorf("%s answered with Transfer-Encoding %v; C clients need Content-Length", path, resp.TransferEncoding)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), data
+}
+
+func createPath(id, bundle, hook string) string {
+	return api.Prefix + "/runtime/create?" + url.Values{"id": {id}, "bundle": {bundle}, "hook": {hook}}.Encode()
+}
+
+func specWith(env []string, ann map[string]string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"ociVersion":  "1.2.0",
+		"process":     map[string]any{"args": []string{"/bin/true"}, "env": env},
+		"annotations": ann,
+		"x-unknown":   []int{1},
+	})
+	return b
+}
+
+func TestRuntimeCreateAndHooks(t *testing.T) {
+	n, hook := runtimeNode(t)
+	ctx := context.Background()
+	bundle := filepath.Join(n.dir, "bundle")
+
+	code, _, body := post(t, n.socket, createPath("plain", bundle, hook), specWith([]string{"PATH=/bin"}, nil))
+	if code != http.StatusNoContent || len(body) != 0 {
+		t.Fatalf("non-GPU container: %d %q, want 204 and no body", code, body)
+	}
+	if cs, _ := n.client.Containers(ctx); len(cs) != 0 {
+		t.Fatalf("non-GPU container registered: %+v", cs)
+	}
+
+	code, ctype, body := post(t, n.socket, createPath("job-1", bundle, hook), specWith([]string{"NVIDIA_VISIBLE_DEVICES=0"}, map[string]string{"muxflow.io/class": "offline"}))
+	if code != http.StatusOK || ctype != "application/json" {
+		t.Fatalf("GPU container: %d %s %s", code, ctype, body)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(body, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Annotations[wiring.AnnotationWired] != "offline" || len(s.Hooks.CreateRuntime) != 1 || s.Hooks.CreateRuntime[0].Path != hook {
+		t.Errorf("spec not wired: %s", body)
+	}
+	if !strings.Contains(string(body), `"x-unknown":[1]`) {
+		t.Errorf("unknown field lost: %s", body)
+	}
+	c, err := n.client.Container(ctx, "job-1")
+	if err != nil || c.Class != api.Offline || c.State != api.StateCreated {
+		t.Fatalf("registration: %+v %v", c, err)
+	}
+	if pre, err := os.ReadFile(filepath.Join(c.Control.Dir, prepare.PreloadFile)); err != nil || !strings.HasPrefix(string(pre), wiring.ContainerLib) {
+		t.Errorf("preload file: %q %v", pre, err)
+	}
+
+	state := fmt.Appendf(nil, `{"ociVersion":"1.0.2","id":"job-1","status":"created","pid":%d,"bundle":%q}`, os.Getpid(), bundle)
+	if code, _, body := post(t, n.socket, api.Prefix+"/runtime/hooks/create-runtime", state); code != http.StatusNoContent {
+		t.Fatalf("create-runtime hook: %d %s", code, body)
+	}
+	if c, err := n.client.Container(ctx, "job-1"); err != nil || c.State != api.StateRunning || c.PID != os.Getpid() {
+		t.Fatalf("after create-runtime: %+v %v", c, err)
+	}
+	if code, _, body := post(t, n.socket, api.Prefix+"/runtime/hooks/poststop", state); code != http.StatusNoContent {
+		t.Fatalf("poststop hook: %d %s", code, body)
+	}
+	if _, err := n.client.Container(ctx, "job-1"); !client.IsNotFound(err) {
+		t.Errorf("after poststop: %v, want not found", err)
+	}
+	if _, err := os.Stat(c.Control.Dir); !os.IsNotExist(err) {
+		t.Errorf("control directory left behind: %v", err)
+	}
+	// A second poststop (runc retries, or muxd dropped the container) is not an error.
+	if code, _, body := post(t, n.socket, api.Prefix+"/runtime/hooks/poststop", state); code != http.StatusNoContent {
+		t.Errorf("poststop of an unknown container: %d %s", code, body)
+	}
+}
+
+func TestRuntimeEndpointsRejectBadInput(t *testing.T) {
+	n, hook := runtimeNode(t)
+	ctx := context.Background()
+	bundle := filepath.Join(n.dir, "bundle")
+	gpu := specWith([]string{"NVIDIA_VISIBLE_DEVICES=0"}, nil)
+	for _, tc := range []struct {
+		name, path string
+		body       []byte
+		code       int
+		want       string
+	}{
+		{"bad class", createPath("c1", bundle, hook), specWith([]string{"NVIDIA_VISIBLE_DEVICES=0"}, map[string]string{"muxflow.io/class": "gold"}), 400, "annotation muxflow.io/class"},
+		{"hostile id", createPath("../etc", bundle, hook), gpu, 400, "container id"},
+		{"relative bundle", createPath("c1", "bundle", hook), gpu, 400, "bundle path"},
+		{"hook not installed", createPath("c1", bundle, "/nonexistent/muxflow-hook"), gpu, 500, "muxflow-hook is not installed"},
+		{"not JSON", createPath("c1", bundle, hook), []byte(`{"process":`), 400, "decode config.json"},
+		{"huge spec", createPath("c1", bundle, hook), bytes.Repeat([]byte(" "), prepare.MaxSpecSize+1), 413, "larger than"},
+		{"bad state", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"a/b","pid":1}`), 400, "container id"},
+		{"no pid", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"c1"}`), 400, "gave no pid"},
+		{"unknown container", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"c9","pid":1}`), 404, "c9"},
+		{"unknown hook", api.Prefix + "/runtime/hooks/prestart", []byte(`{"id":"c1","pid":1}`), 404, "no OCI hook"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, ctype, body := post(t, n.socket, tc.path, tc.body)
+			if code != tc.code || !strings.HasPrefix(ctype, "text/plain") || !strings.Contains(string(body), tc.want) {
+				t.Errorf("got %d %s %q, want %d with a sentence containing %q", code, ctype, body, tc.code, tc.want)
+			}
+			if strings.Count(strings.TrimSpace(string(body)), "\n") != 0 {
+				t.Errorf("answer is not one line: %q", body)
+			}
+		})
+	}
+	if cs, err := n.client.Containers(ctx); err != nil || len(cs) != 0 {
+		t.Errorf("containers after refusals: %+v %v", cs, err)
+	}
+}
+
+// A container is unregistered when its process exits, without any poststop hook.
+func TestExitedContainerIsUnregistered(t *testing.T) {
+	n, hook := runtimeNode(t)
+	ctx := context.Background()
+	bundle := filepath.Join(n.dir, "bundle")
+	if code, _, body := post(t, n.socket, createPath("job-1", bundle, hook), specWith([]string{"NVIDIA_VISIBLE_DEVICES=0"}, nil)); code != http.StatusOK {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	proc := exec.Command("sleep", "60")
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Process.Kill()
+	state := fmt.Appendf(nil, `{"id":"job-1","pid":%d}`, proc.Process.Pid)
+	if code, _, body := post(t, n.socket, api.Prefix+"/runtime/hooks/create-runtime", state); code != http.StatusNoContent {
+		t.Fatalf("create-runtime hook: %d %s", code, body)
+	}
+	c, err := n.client.Container(ctx, "job-1")
+	if err != nil || c.State != api.StateRunning {
+		t.Fatalf("before the exit: %+v %v", c, err)
+	}
+	proc.Process.Kill()
+	proc.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := n.client.Container(ctx, "job-1")
+		_, serr := os.Stat(c.Control.Dir)
+		if client.IsNotFound(err) && os.IsNotExist(serr) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after its process exited: registration %v, control directory %v; want both gone", err, serr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
