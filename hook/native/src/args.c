@@ -78,44 +78,45 @@ void path_clean(const char *path, char *out)
 	out[w] = '\0';
 }
 
+/* resolve_bundle writes the absolute, clean bundle into out (PATH_MAX
+ * bytes). Cleaning never lengthens a rooted path, so a joined path under
+ * PATH_MAX fits; the buffers are sized to the path because each page the
+ * fast path touches first costs more than the work done in it. */
+static int bundle_too_long(char *err, size_t errlen)
+{
+	snprintf(err, errlen, "the bundle path is longer than %d bytes", PATH_MAX - 1);
+	return -1;
+}
+
 static int resolve_bundle(const char *bundle, const char *cwd, char *out, char *err, size_t errlen)
 {
-	char here[PATH_MAX];
-	char joined[2 * PATH_MAX + 2];
-	size_t n;
+	size_t bl, cl;
 
 	if (bundle[0] == '\0')
 		bundle = ".";
+	bl = strlen(bundle);
 	if (bundle[0] == '/') {
-		n = strlen(bundle);
-		if (n >= PATH_MAX)
-			goto toolong;
-		memcpy(joined, bundle, n + 1);
-	} else {
-		if (!cwd) {
-			if (!getcwd(here, sizeof here)) {
-				snprintf(err, errlen, "cannot resolve the bundle %s: no working directory", bundle);
-				return -1;
-			}
-			cwd = here;
+		if (bl >= PATH_MAX)
+			return bundle_too_long(err, errlen);
+		path_clean(bundle, out);
+		return 0;
+	}
+	if (!cwd) {
+		if (!getcwd(out, PATH_MAX)) {
+			snprintf(err, errlen, "cannot resolve the bundle %s: no working directory", bundle);
+			return -1;
 		}
-		if (strlen(cwd) >= PATH_MAX || strlen(bundle) >= PATH_MAX)
-			goto toolong;
-		snprintf(joined, sizeof joined, "%s/%s", cwd, bundle);
+		cwd = out;
 	}
-	/* Cleaning only shortens (plus one byte for "" → "."), so joined's
-	 * size bounds the result; it must still fit PATH_MAX. */
-	{
-		char clean[sizeof joined + 2];
-		path_clean(joined, clean);
-		if (strlen(clean) >= PATH_MAX)
-			goto toolong;
-		strcpy(out, clean);
-	}
+	cl = strlen(cwd);
+	if (cl + 1 + bl >= PATH_MAX)
+		return bundle_too_long(err, errlen);
+	char joined[cl + bl + 2];
+	memcpy(joined, cwd, cl);
+	joined[cl] = '/';
+	memcpy(joined + cl + 1, bundle, bl + 1);
+	path_clean(joined, out);
 	return 0;
-toolong:
-	snprintf(err, errlen, "the bundle path is longer than %d bytes", PATH_MAX - 1);
-	return -1;
 }
 
 int parse_args(int argc, char *const *args, const char *cwd,

@@ -11,7 +11,8 @@
 
 struct config_file {
 	int dirfd;  /* the bundle directory, open (close-on-exec) */
-	char *data; /* config.json's bytes (malloc'd, NUL-terminated) */
+	char *data; /* config.json's bytes (NUL-terminated), in static storage
+		     * that the next config_open reuses */
 	size_t len;
 	mode_t mode; /* permission bits, kept by config_replace */
 };

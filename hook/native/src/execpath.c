@@ -52,7 +52,6 @@ static bool same_file(const struct stat *a, const char *path)
 int resolve_runtime(const char *name, const char *selfdir, char *out, size_t size)
 {
 	struct stat st;
-	char wrapper[PATH_MAX];
 	bool found = false;
 
 	if (name[0] == '\0')
@@ -87,8 +86,10 @@ int resolve_runtime(const char *name, const char *selfdir, char *out, size_t siz
 		return -1;
 	if (same_file(&st, "/proc/self/exe"))
 		return -1;
-	if (selfdir && sibling(selfdir, WRAPPER_NAME, wrapper, sizeof wrapper) == 0 &&
-	    same_file(&st, wrapper))
-		return -1;
+	if (selfdir) {
+		char wrapper[strlen(selfdir) + sizeof WRAPPER_NAME + 1];
+		if (sibling(selfdir, WRAPPER_NAME, wrapper, sizeof wrapper) == 0 && same_file(&st, wrapper))
+			return -1;
+	}
 	return 0;
 }

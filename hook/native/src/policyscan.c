@@ -33,10 +33,11 @@ struct span {
 
 void policy_defaults(struct policy *p)
 {
-	strcpy(p->runtime, POLICY_DEFAULT_RUNTIME);
-	strcpy(p->socket, POLICY_DEFAULT_SOCKET);
-	strcpy(p->timeout, POLICY_DEFAULT_TIMEOUT);
+	p->runtime = POLICY_DEFAULT_RUNTIME;
+	p->socket = POLICY_DEFAULT_SOCKET;
+	p->timeout = POLICY_DEFAULT_TIMEOUT;
 	p->timeout_ns = 2000000000LL;
+	p->used = 0;
 }
 
 static struct span trim(struct span s)
@@ -117,12 +118,17 @@ static int quoted_value(struct span s, struct span *v)
 	return v->n > 0 ? 0 : -1;
 }
 
-static int copy_value(struct span v, char *out, size_t size)
+/* keep copies v into the policy's store, NUL-terminated; each key is read
+ * once, so the store holds the longest values allowed. */
+static int keep(struct policy *p, struct span v, size_t max, const char **out)
 {
-	if (v.n >= size)
+	if (v.n >= max || p->used + v.n + 1 > sizeof p->store)
 		return -1;
-	memcpy(out, v.p, v.n);
-	out[v.n] = '\0';
+	char *s = p->store + p->used;
+	memcpy(s, v.p, v.n);
+	s[v.n] = '\0';
+	p->used += v.n + 1;
+	*out = s;
 	return 0;
 }
 
@@ -131,7 +137,7 @@ static int set_timeout(struct span v, struct policy *p)
 	int64_t ns;
 	/* The policy decoder trims before parsing. */
 	struct span t = trim(v);
-	if (copy_value(v, p->timeout, sizeof p->timeout) != 0)
+	if (keep(p, v, POLICY_MAX_TIMEOUT_TEXT, &p->timeout) != 0)
 		return -1;
 	if (parse_duration(t.p, t.n, &ns) != 0 || ns <= 0 || ns > POLICY_MAX_TIMEOUT_NS)
 		return -1;
@@ -141,8 +147,10 @@ static int set_timeout(struct span v, struct policy *p)
 
 static int set_socket(struct span v, struct policy *p)
 {
-	char clean[PATH_MAX + 2];
-	if (copy_value(v, p->socket, sizeof p->socket) != 0 || p->socket[0] != '/')
+	if (v.n == 0 || v.n >= PATH_MAX || v.p[0] != '/')
+		return -1;
+	char clean[v.n + 2];
+	if (keep(p, v, PATH_MAX, &p->socket) != 0)
 		return -1;
 	path_clean(p->socket, clean);
 	return strcmp(clean, p->socket) == 0 ? 0 : -1;
@@ -222,7 +230,7 @@ int policy_scan(const char *doc, size_t len, struct policy *p)
 		case T_HOOK:
 			if (span_is(key, "runtime")) {
 				if (seen_runtime || quoted_value(val, &v) != 0 ||
-				    copy_value(v, p->runtime, sizeof p->runtime) != 0)
+				    keep(p, v, PATH_MAX, &p->runtime) != 0)
 					return -1;
 				seen_runtime = true;
 			} else if (span_is(key, "timeout")) {

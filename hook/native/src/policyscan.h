@@ -16,11 +16,18 @@
 /* The policy's own validation bounds hook.timeout to (0, 1m]. */
 #define POLICY_MAX_TIMEOUT_NS 60000000000LL
 
+#define POLICY_MAX_TIMEOUT_TEXT 64
+
 struct policy {
-	char runtime[PATH_MAX]; /* [hook] runtime: a name in PATH or a path */
-	char socket[PATH_MAX];  /* [node] socket: muxd's unix socket */
-	char timeout[64];       /* [hook] timeout as written */
+	const char *runtime; /* [hook] runtime: a name in PATH or a path */
+	const char *socket;  /* [node] socket: muxd's unix socket */
+	const char *timeout; /* [hook] timeout as written */
 	int64_t timeout_ns;
+	/* The values read, one after another: on the fast path every page
+	 * first touched costs more than the whole scan, so they are packed
+	 * rather than each in an array of its own. Not to be copied. */
+	size_t used;
+	char store[2 * PATH_MAX + POLICY_MAX_TIMEOUT_TEXT];
 };
 
 void policy_defaults(struct policy *p);

@@ -36,8 +36,11 @@ static struct config_file cf = {.dirfd = -1};
 static struct muxd_reply reply;
 static char *target;
 static char *refusal; /* muxd's sentence */
-static char self[PATH_MAX];
-static char runtime_path[PATH_MAX];
+/* This program's directory, then the runtime's path, in one buffer: the
+ * fast path touches its first page only. */
+static char paths[2 * PATH_MAX];
+static char *const self = paths;
+static char *runtime_path = paths + PATH_MAX;
 
 /* fail reports a sentence on stderr and, when the runtime was given --log,
  * as the last error entry of that log, where containerd looks for the
@@ -66,7 +69,7 @@ static _Noreturn void exec_wrapper(char **argv)
 	char path[PATH_MAX];
 	struct stat st;
 
-	if (self_dir(self, sizeof self) != 0)
+	if (self_dir(self, PATH_MAX) != 0)
 		fail("muxflow-runtime: cannot find its own executable: %s", strerror(errno));
 	if (sibling(self, WRAPPER_NAME, path, sizeof path) != 0 || stat(path, &st) != 0 ||
 	    !S_ISREG(st.st_mode))
@@ -83,9 +86,11 @@ static void find_runtime(char **argv)
 {
 	if (policy_load(getenv(POLICY_ENV), &pol) != 0)
 		exec_wrapper(argv);
-	if (self_dir(self, sizeof self) != 0)
+	if (self_dir(self, PATH_MAX) != 0)
 		self[0] = '\0';
-	if (resolve_runtime(pol.runtime, self[0] ? self : NULL, runtime_path, sizeof runtime_path) != 0)
+	runtime_path = self + strlen(self) + 1;
+	if (resolve_runtime(pol.runtime, self[0] ? self : NULL, runtime_path,
+			    (size_t)(paths + sizeof paths - runtime_path)) != 0)
 		exec_wrapper(argv);
 }
 

@@ -4,13 +4,16 @@
  *
  * usage: bench RUNS TRIVIAL FLOOR RUNTIME_STATIC RUNTIME_DYNAMIC POLICY SPEC
  * TRIVIAL also stands in for the real runtime ("runc" in PATH); FLOOR only
- * execs it; POLICY and SPEC are a policy file and a config.json to use. */
-#define _GNU_SOURCE
+ * execs it; POLICY and SPEC are a policy file and a config.json to use;
+ * the GPU case adds NVIDIA_VISIBLE_DEVICES to SPEC and a fake muxd. */
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,6 +43,44 @@ static double run(const char *path, char *const argv[], char *const envp[])
 	return now_us() - t0;
 }
 
+/* fake_muxd answers every request on path with 204 once it has read the
+ * request's head and body, as muxd does for a spec it leaves alone. */
+static pid_t fake_muxd(const char path[64])
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+	if (l < 0 || bind(l, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(l, 64) != 0) {
+		perror("bench: fake muxd");
+		exit(1);
+	}
+	pid_t pid = fork();
+	if (pid != 0) {
+		close(l);
+		return pid;
+	}
+	static char buf[1 << 20];
+	for (;;) {
+		int c = accept(l, NULL, NULL);
+		size_t got = 0, want = 0;
+		ssize_t r;
+		while (c >= 0 && (r = recv(c, buf + got, sizeof buf - got, 0)) > 0) {
+			got += (size_t)r;
+			char *end = memmem(buf, got, "\r\n\r\n", 4);
+			char *cl = memmem(buf, got, "Content-Length: ", 16);
+			if (end && cl) {
+				want = (size_t)(end + 4 - buf) + strtoul(cl + 16, NULL, 10);
+				if (got >= want)
+					break;
+			}
+		}
+		const char ok[] = "HTTP/1.1 204 No Content\r\n\r\n";
+		if (c >= 0 && write(c, ok, sizeof ok - 1) < 0)
+			_exit(1);
+		close(c);
+	}
+}
+
 static int cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -54,7 +95,7 @@ static void copy(const char *from, const char *to, mode_t mode)
 		exit(1);
 }
 
-enum { TRIVIAL, DIRECT, FLOOR, STATIC_CREATE, DYNAMIC_CREATE, STATIC_STATE, NCASES };
+enum { TRIVIAL, DIRECT, FLOOR, STATIC_CREATE, DYNAMIC_CREATE, STATIC_STATE, GPU_CREATE, NCASES };
 
 int main(int argc, char **argv)
 {
@@ -63,9 +104,10 @@ int main(int argc, char **argv)
 		"exec-only static-pie program, then runtime",
 		"muxflow-runtime static-pie, non-GPU create", "muxflow-runtime dynamic PIE, non-GPU create",
 		"muxflow-runtime static-pie, state",
+		"muxflow-runtime static-pie, GPU create, muxd 204",
 	};
 	char dir[] = "/tmp/muxbench.XXXXXX", pathdir[64], runc[128], bundle[64], cfg[128];
-	char envpath[512], envpol[4200], envrt[160], pidfile[128];
+	char envpath[512], envpol[4200], envrt[160], pidfile[128], gbundle[64], gcfg[128], gpol[128], sock[64];
 	if (argc != 8) {
 		fprintf(stderr, "usage: bench RUNS TRIVIAL FLOOR RUNTIME_STATIC RUNTIME_DYNAMIC POLICY SPEC\n");
 		return 2;
@@ -78,10 +120,31 @@ int main(int argc, char **argv)
 	snprintf(runc, sizeof runc, "%s/runc", pathdir);
 	snprintf(cfg, sizeof cfg, "%s/config.json", bundle);
 	snprintf(pidfile, sizeof pidfile, "%s/init.pid", bundle);
+	snprintf(gbundle, sizeof gbundle, "%s/gpu", dir);
+	snprintf(gcfg, sizeof gcfg, "%s/config.json", gbundle);
+	snprintf(gpol, sizeof gpol, "%s/policy.toml", dir);
+	snprintf(sock, sizeof sock, "%s/muxd.sock", dir);
 	mkdir(pathdir, 0755);
 	mkdir(bundle, 0755);
 	copy(argv[2], runc, 0755);
 	copy(argv[7], cfg, 0644);
+	/* The GPU case: the same spec asking for GPU 0, a policy naming the
+	 * fake muxd's socket. */
+	mkdir(gbundle, 0755);
+	{
+		char cmd[1024], pol[512];
+		snprintf(cmd, sizeof cmd, "sed 's/\"PATH=/\"NVIDIA_VISIBLE_DEVICES=0\",\"PATH=/' '%s' > '%s'", argv[7], gcfg);
+		if (system(cmd) != 0)
+			exit(1);
+		int n = snprintf(pol, sizeof pol, "[node]\nsocket = \"%s\"\n[hook]\nruntime = \"runc\"\n", sock);
+		FILE *f = fopen(gpol, "w");
+		if (!f || fwrite(pol, 1, (size_t)n, f) != (size_t)n || fclose(f) != 0)
+			exit(1);
+	}
+	pid_t muxd = fake_muxd(sock);
+	char envgpol[200];
+	snprintf(envgpol, sizeof envgpol, "MUXFLOW_POLICY=%s", gpol);
+	char *genvp[] = {envpath, envgpol, NULL};
 	snprintf(envpath, sizeof envpath, "PATH=%s:/usr/bin:/bin", pathdir);
 	snprintf(envpol, sizeof envpol, "MUXFLOW_POLICY=%s", argv[6]);
 	snprintf(envrt, sizeof envrt, "MUXBENCH_RUNTIME=%s", runc);
@@ -92,6 +155,7 @@ int main(int argc, char **argv)
 			  "c1", NULL};
 	char *state[] = {"x", "--root", "/run/containerd/runc/k8s.io", "state", "c1", NULL};
 	char *bare[] = {"trivial", NULL};
+	char *gcreate[] = {"x", "--root", "/run/containerd/runc/k8s.io", "create", "--bundle", gbundle, "g1", NULL};
 	double *t[NCASES];
 	for (int c = 0; c < NCASES; c++)
 		t[c] = calloc((size_t)runs, sizeof(double));
@@ -104,17 +168,21 @@ int main(int argc, char **argv)
 		t[STATIC_CREATE][i] = run(argv[4], create, envp);
 		t[DYNAMIC_CREATE][i] = run(argv[5], create, envp);
 		t[STATIC_STATE][i] = run(argv[4], state, envp);
+		t[GPU_CREATE][i] = run(argv[4], gcreate, genvp);
 	}
 	double med[NCASES];
 	for (int c = 0; c < NCASES; c++) {
 		qsort(t[c], (size_t)runs, sizeof(double), cmp);
 		med[c] = t[c][runs / 2];
-		printf("%-46s median %7.0f us  (p10 %5.0f, p90 %5.0f)\n", names[c], med[c],
+		printf("%-48s median %7.0f us  (p10 %5.0f, p90 %5.0f)\n", names[c], med[c],
 		       t[c][runs / 10], t[c][runs * 9 / 10]);
 	}
 	printf("over exec'ing the runtime directly: fast path static-pie %+.0f us, dynamic PIE %+.0f us;"
-	       " exec-only floor %+.0f us\n",
-	       med[STATIC_CREATE] - med[DIRECT], med[DYNAMIC_CREATE] - med[DIRECT], med[FLOOR] - med[DIRECT]);
+	       " exec-only floor %+.0f us; GPU create with an instant muxd %+.0f us\n",
+	       med[STATIC_CREATE] - med[DIRECT], med[DYNAMIC_CREATE] - med[DIRECT], med[FLOOR] - med[DIRECT],
+	       med[GPU_CREATE] - med[DIRECT]);
+	kill(muxd, SIGKILL);
+	waitpid(muxd, NULL, 0);
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	return system(cmd) == 0 ? 0 : 1;
