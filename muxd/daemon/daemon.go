@@ -65,6 +65,7 @@ type Daemon struct {
 	reloadMu sync.Mutex
 	reg      *registry.Registry
 	exits    *procwatch.Watcher // unregisters containers whose process exits
+	stopping atomic.Bool
 	controls *control.Manager
 	inv      inventory.Inventory
 	metrics  *metrics
@@ -232,7 +233,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.watchExit(c)
 		}
 	}
-	defer d.exits.Close()
+	defer func() {
+		d.stopping.Store(true)
+		d.exits.Close()
+	}()
 	ln, err := d.listen()
 	if err != nil {
 		return err
@@ -346,9 +350,24 @@ func (d *Daemon) watchExit(c api.Container) {
 	}
 }
 
-// containerExited unregisters a container whose process has exited, unless the id was
-// registered again for another process meanwhile.
+// exitGrace is how long a container stays registered, control block included, after its
+// process exited. A process killed by a GPU error often exits before muxd has acted on the
+// error (the NVML event, or the sticky error libxcuda recorded in its control block), and
+// the error handler needs to see it among the GPU's containers.
+const exitGrace = 2 * time.Second
+
+// containerExited unregisters a container whose process has exited, after exitGrace.
 func (d *Daemon) containerExited(id string, pid int) {
+	d.log.Info("container process exited", "id", id, "pid", pid)
+	time.AfterFunc(exitGrace, func() { d.dropExited(id, pid) })
+}
+
+// dropExited unregisters an exited container, unless muxd is stopping or the id was
+// started again by another process meanwhile.
+func (d *Daemon) dropExited(id string, pid int) {
+	if d.stopping.Load() {
+		return
+	}
 	c, err := d.reg.Get(id)
 	if err != nil || c.State != api.StateRunning || c.PID != pid {
 		return
@@ -360,7 +379,7 @@ func (d *Daemon) containerExited(id string, pid int) {
 		return
 	}
 	d.forget(id)
-	d.log.Info("container exited; unregistered", "id", id, "pid", pid)
+	d.log.Info("exited container unregistered", "id", id, "pid", pid)
 }
 
 func (d *Daemon) forget(id string) {
