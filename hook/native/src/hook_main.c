@@ -1,7 +1,8 @@
 /* hook_main.c: muxflow-hook, the OCI hook muxd adds to GPU containers'
  * specs. As a createRuntime hook it hands the container's state (with the
- * host pid, which exists only now) to muxd; as a poststop hook it tells
- * muxd the container is gone. It forwards the state document as it came:
+ * host pid, which exists only now) to muxd, which then watches that process
+ * and unregisters the container when it exits. As a poststop hook (specs
+ * wired by earlier versions have one) it tells muxd the container is gone. It forwards the state document as it came:
  * muxd decodes and checks it, so this program stays small and fast. */
 #include "duration.h"
 #include "muxdcall.h"

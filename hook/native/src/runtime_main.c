@@ -103,8 +103,8 @@ static void exec_runtime(char **argv)
 }
 
 /* unregister tells muxd to forget a container it may have registered for
- * a create that then failed here: containerd will not run the poststop
- * hook of a container that never started. Best effort, its own deadline. */
+ * a create that then failed here: no process of the container will ever
+ * exist for muxd to watch. Best effort, its own deadline. */
 static void unregister(void)
 {
 	size_t n = strlen(inv.id);
