@@ -28,9 +28,15 @@ type testNode struct {
 
 func writePolicy(t testing.TB, dir, extra string) string {
 	t.Helper()
+	return writePolicyNode(t, dir, "", extra)
+}
+
+// writePolicyNode is writePolicy with extra lines in the [node] table too.
+func writePolicyNode(t testing.TB, dir, nodeExtra, extra string) string {
+	t.Helper()
 	p := filepath.Join(dir, "policy.toml")
-	text := fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\n[mps]\nenabled = false\n%s",
-		filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "run", "muxd.sock"), extra)
+	text := fmt.Sprintf("[node]\nstate_dir = %q\nrun_dir = %q\nsocket = %q\n%s[mps]\nenabled = false\n%s",
+		filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "run", "muxd.sock"), nodeExtra, extra)
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +52,11 @@ func startNode(t testing.TB, dir string) *testNode {
 // startNodeWith is startNode with extra policy text, which continues the [mps] table.
 func startNodeWith(t testing.TB, dir, extra string) *testNode {
 	t.Helper()
-	pol := writePolicy(t, dir, extra)
+	return startNodeWithPolicy(t, dir, writePolicy(t, dir, extra))
+}
+
+func startNodeWithPolicy(t testing.TB, dir, pol string) *testNode {
+	t.Helper()
 	d, err := New(Options{PolicyPath: pol, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -42,15 +42,29 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 
 // authorize allows root and the policy's extra uids.
 func authorize(ctx context.Context, allow []int) error {
+	uid, err := peerUID(ctx)
+	if err != nil || uid == 0 || slices.Contains(allow, uid) {
+		return err
+	}
+	return fmt.Errorf("uid %d may not use the muxd API (allowed: root and node.allow_uids)", uid)
+}
+
+// authorizeRoot allows root only, whatever node.allow_uids says.
+func authorizeRoot(ctx context.Context, what string) error {
+	uid, err := peerUID(ctx)
+	if err != nil || uid == 0 {
+		return err
+	}
+	return fmt.Errorf("uid %d may not use %s (root only)", uid, what)
+}
+
+func peerUID(ctx context.Context) (int, error) {
 	pc, ok := ctx.Value(credKey{}).(peerCred)
 	if !ok {
-		return fmt.Errorf("peer credentials unavailable")
+		return 0, fmt.Errorf("peer credentials unavailable")
 	}
 	if pc.err != nil {
-		return fmt.Errorf("peer credentials unavailable: %v", pc.err)
+		return 0, fmt.Errorf("peer credentials unavailable: %v", pc.err)
 	}
-	if pc.uid == 0 || slices.Contains(allow, pc.uid) {
-		return nil
-	}
-	return fmt.Errorf("uid %d may not use the muxd API (allowed: root and node.allow_uids)", pc.uid)
+	return pc.uid, nil
 }

@@ -206,3 +206,34 @@ func TestExitedContainerIsUnregistered(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The runtime's endpoints are root's even for the uids node.allow_uids lets use the API:
+// a create request makes muxd read files under the paths it names.
+func TestRuntimeEndpointsAreRootOnly(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test checks peer credentials and must run as root (CI does)")
+	}
+	dir := t.TempDir()
+	n := startNodeWithPolicy(t, dir, writePolicyNode(t, dir, "allow_uids = [65534]\n", ""))
+	defer n.stop()
+	os.Chmod(n.socket, 0o666)
+	for d := filepath.Dir(n.socket); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	asNobody := func(method, path string) string {
+		out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+			"curl", "-s", "-X", method, "-w", "\n%{http_code}", "--data-binary", "{}", "--unix-socket", n.socket, "http://muxd"+path).Output()
+		if err != nil {
+			t.Fatalf("curl as nobody: %v %s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if out := asNobody("GET", api.Prefix+"/containers"); !strings.HasSuffix(out, "200") {
+		t.Fatalf("an allowed uid cannot list containers: %s", out)
+	}
+	for _, path := range []string{createPath("c1", "/", "/bin/sh"), api.Prefix + "/runtime/hooks/poststop"} {
+		if out := asNobody("POST", path); !strings.HasSuffix(out, "403") || !strings.Contains(out, "uid 65534 may not use muxd's runtime endpoints (root only)") {
+			t.Errorf("POST %s as an allowed non-root uid: %s, want 403", path, out)
+		}
+	}
+}
