@@ -228,7 +228,7 @@ func TestContainerd(t *testing.T) {
 		}
 		before, _ := os.ReadFile(filepath.Join(e.outDir, id+".before.json"))
 		after, _ := os.ReadFile(filepath.Join(e.outDir, id+".after.json"))
-		if len(before) == 0 || bytes.Equal(before, after) || !bytes.Contains(after, []byte(`"createRuntime"`)) {
+		if len(before) == 0 || bytes.Equal(before, after) || !bytes.Contains(after, []byte(`"io.muxflow.wired":"offline"`)) {
 			t.Errorf("the spec runc got is not the wired one")
 		}
 	})

@@ -43,7 +43,9 @@ type Request struct {
 	// Bundle is the absolute bundle directory; its rootfs is read (never written) for the
 	// image's own /etc/ld.so.preload, and its path names the containerd namespace.
 	Bundle string
-	// HookBinary is the absolute host path of muxflow-hook, put into the spec's hooks.
+	// HookBinary is the absolute host path of muxflow-hook, put into the spec as its
+	// createRuntime hook; "" when the caller reports the container's pid itself (the C
+	// muxflow-runtime does, from the runtime's pid file, to spare a hook process).
 	HookBinary string
 	// Spec is the bundle's config.json as the runtime read it.
 	Spec []byte
@@ -85,6 +87,9 @@ func Create(req Request, p *policy.Policy, reg Registry) (*api.Container, []byte
 		return nil, nil, invalidf("muxflow: cannot create GPU container: %v", err)
 	}
 	for what, path := range map[string]string{"bundle": req.Bundle, "hook binary": req.HookBinary} {
+		if path == "" && what != "bundle" {
+			continue
+		}
 		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 			return nil, nil, invalidf("muxflow: GPU container %s: %s path %q is not absolute and clean", req.ID, what, path)
 		}
@@ -122,8 +127,10 @@ func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte
 	if c.ID != req.ID {
 		return nil, fmt.Errorf("muxd registered id %q, not %q", c.ID, req.ID)
 	}
-	if st, err := os.Stat(req.HookBinary); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("muxflow-hook is not installed at %s", req.HookBinary)
+	if req.HookBinary != "" {
+		if st, err := os.Stat(req.HookBinary); err != nil || !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("muxflow-hook is not installed at %s", req.HookBinary)
+		}
 	}
 	if _, err := os.Stat(p.Hook.LibXCUDA); err != nil {
 		return nil, fmt.Errorf("libxcuda is not installed at %s (policy hook.libxcuda)", p.Hook.LibXCUDA)

@@ -349,3 +349,21 @@ func FuzzCreate(f *testing.F) {
 		}
 	})
 }
+
+// Without a hook binary the caller reports the pid itself: the spec gets no hook.
+func TestNoHookWhenTheRuntimeReportsThePid(t *testing.T) {
+	e := newEnv(t)
+	b, spec := e.bundle("b", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil)
+	_, raw, err := Create(Request{ID: "c1", Bundle: b, Spec: spec}, e.policy, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s specs.Spec
+	must(t, json.Unmarshal(raw, &s))
+	if s.Hooks != nil && len(s.Hooks.CreateRuntime) != 0 {
+		t.Errorf("hooks = %+v, want none", s.Hooks)
+	}
+	if s.Annotations[wiring.AnnotationWired] != "offline" {
+		t.Errorf("spec not wired: %s", raw)
+	}
+}

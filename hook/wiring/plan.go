@@ -21,7 +21,8 @@ type Plan struct {
 	Container api.Container
 	// Policy supplies host paths (MPS pipes, libxcuda, node dirs) and the hook's timeout.
 	Policy *policy.Policy
-	// HookBinary is the host path of muxflow-hook.
+	// HookBinary is the host path of muxflow-hook, added as the createRuntime hook that
+	// reports the container's pid; "" when the runtime reports the pid itself.
 	HookBinary string
 	// Preload is the host file mounted as /etc/ld.so.preload.
 	Preload string
@@ -82,17 +83,15 @@ func (pl Plan) Modifiers() (List, error) {
 		return nil, fmt.Errorf("ld.so.preload file %q is not an absolute path", pl.Preload)
 	}
 	mounts = append(mounts, Bind(pl.Preload, PreloadPath, false))
-	timeout := int(math.Ceil(p.Hook.Timeout.D().Seconds())) + 1
-	return List{
-		mounts,
-		env,
-		Hooks{
+	mods := List{mounts, env}
+	if pl.HookBinary != "" {
+		mods = append(mods, Hooks{
 			Binary:         pl.HookBinary,
 			Args:           []string{"--socket", p.Node.Socket, "--timeout", p.Hook.Timeout.D().String()},
-			TimeoutSeconds: timeout,
-		},
-		Annotation{AnnotationWired: string(c.Class)},
-	}, nil
+			TimeoutSeconds: int(math.Ceil(p.Hook.Timeout.D().Seconds())) + 1,
+		})
+	}
+	return append(mods, Annotation{AnnotationWired: string(c.Class)}), nil
 }
 
 // threadPercent is the MPS active-thread percentage: the out-of-process backstop behind

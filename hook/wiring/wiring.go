@@ -119,7 +119,8 @@ func (e Env) Modify(s *specs.Spec) error {
 }
 
 // Hooks adds muxflow-hook as a createRuntime hook: it reports the container's host pid to
-// muxd. Existing hooks are kept; muxflow's runs last so that the container is set up as its
+// muxd. It is used only when the container's creator cannot report the pid itself (the C
+// muxflow-runtime does, from the runtime's pid file, and asks for no hook). Existing hooks are kept; muxflow's runs last so that the container is set up as its
 // other hooks want it before muxd learns its pid. There is no poststop hook: muxd watches
 // the process it was told about and unregisters the container when it exits, which saves
 // a hook process on every container's run (a few ms each) and also works when the runtime

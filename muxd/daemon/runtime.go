@@ -41,9 +41,9 @@ func (d *Daemon) runtimeRoutes(mux *http.ServeMux) {
 }
 
 // runtimeCreate answers muxflow-runtime's create request: the query names the container
-// (id, bundle, hook = muxflow-hook's path) and the body is the bundle's config.json. 204:
-// not a GPU container, run it unchanged; 200: the wired config.json, the container is
-// registered.
+// (id, bundle, and hook = muxflow-hook's path when the spec is to get the createRuntime hook
+// that reports the pid) and the body is the bundle's config.json. 204: not a GPU
+// container, run it unchanged; 200: the wired config.json, the container is registered.
 func (d *Daemon) runtimeCreate(r *http.Request) (int, []byte, error) {
 	raw, code, err := readBody(r, prepare.MaxSpecSize, "config.json")
 	if err != nil {

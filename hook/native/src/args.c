@@ -126,7 +126,8 @@ int parse_args(int argc, char *const *args, const char *cwd,
 	const char *first = NULL; /* first positional argument */
 	int npos = 0;
 
-	inv->command = inv->log = inv->log_format = inv->config = inv->id = "";
+	inv->command = inv->log = inv->log_format = inv->config = inv->pid_file = inv->id = "";
+	inv->command_at = -1;
 	inv->bundle[0] = '\0';
 	if (errlen)
 		err[0] = '\0';
@@ -142,6 +143,7 @@ int parse_args(int argc, char *const *args, const char *cwd,
 		if (a[0] != '-' || strcmp(a, "-") == 0) {
 			if (inv->command[0] == '\0') {
 				inv->command = a;
+				inv->command_at = i;
 				continue;
 			}
 			if (!first)
@@ -172,6 +174,8 @@ int parse_args(int argc, char *const *args, const char *cwd,
 			bundle = val;
 		else if (name_is(name, nlen, "config") || name_is(name, nlen, "f"))
 			inv->config = val;
+		else if (name_is(name, nlen, "pid-file"))
+			inv->pid_file = val;
 	}
 	if (strcmp(inv->command, "create") != 0 && strcmp(inv->command, "run") != 0)
 		return 0;

@@ -11,7 +11,9 @@ struct invocation {
 	const char *log;        /* --log: where containerd reads the runtime's log */
 	const char *log_format; /* --log-format: text (default) or json */
 	const char *config;     /* crun's --config/-f */
+	const char *pid_file;   /* --pid-file of create and run */
 	const char *id;         /* container id of create and run */
+	int command_at;         /* index of the command in args; -1 when there is none */
 	char bundle[PATH_MAX];  /* absolute, clean bundle of create and run */
 };
 

@@ -12,6 +12,7 @@
 #include "execpath.h"
 #include "muxdcall.h"
 #include "pctenc.h"
+#include "pidreport.h"
 #include "policyscan.h"
 #include "report.h"
 #include "runlog.h"
@@ -36,6 +37,7 @@ static struct config_file cf = {.dirfd = -1};
 static struct muxd_reply reply;
 static char *target;
 static char *refusal; /* muxd's sentence */
+static struct pidreport pr;
 /* This program's directory, then the runtime's path, in one buffer: the
  * fast path touches its first page only. */
 static char paths[2 * PATH_MAX];
@@ -123,35 +125,60 @@ static void unregister(void)
 	free(path);
 }
 
+/* create_target names the container for muxd; with hook (NULL: none), muxd
+ * adds it to the spec as the createRuntime hook that reports the pid. */
 static char *create_target(const char *hook)
 {
 	const char *vals[3] = {inv.id, inv.bundle, hook};
 	const char *keys[3] = {"?id=", "&bundle=", "&hook="};
+	int nvals = hook ? 3 : 2;
 	size_t cap = 64, w;
 	char *t;
 
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < nvals; i++)
 		cap += 3 * strlen(vals[i]) + strlen(keys[i]);
 	if (!(t = malloc(cap)))
 		return NULL;
 	w = (size_t)sprintf(t, "/v1/runtime/create");
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < nvals; i++) {
 		w += (size_t)sprintf(t + w, "%s", keys[i]);
 		w += pct_encode(vals[i], strlen(vals[i]), t + w);
 	}
 	return t;
 }
 
+/* with_pid_file returns argv with "--pid-file path" after the command. */
+static char **with_pid_file(char **argv, const char *path)
+{
+	int argc = 0;
+	char **out;
+
+	while (argv[argc])
+		argc++;
+	if (!(out = malloc((size_t)(argc + 3) * sizeof *out)))
+		return NULL;
+	int at = 1 + inv.command_at + 1; /* argv[0], then args up to the command */
+	memcpy(out, argv, (size_t)at * sizeof *out);
+	out[at] = (char *)"--pid-file";
+	out[at + 1] = (char *)path;
+	memcpy(out + at + 2, argv + at, (size_t)(argc - at + 1) * sizeof *out);
+	return out;
+}
+
 static _Noreturn void gpu_create(char **argv)
 {
 	char hook[PATH_MAX], err[1024], dur[40];
+	bool report_pid;
 
 	find_runtime(argv);
 	if (strlen(pol.socket) >= sizeof(((struct sockaddr_un *)0)->sun_path))
 		exec_wrapper(argv);
 	if (!self[0] || sibling(self, HOOK_NAME, hook, sizeof hook) != 0)
 		exec_wrapper(argv);
-	if (!(target = create_target(hook)))
+	/* This program reports the pid itself when it can watch the pid file;
+	 * otherwise muxd adds muxflow-hook as the container's createRuntime hook. */
+	report_pid = pidreport_prepare(&pr, inv.pid_file, inv.bundle) == 0;
+	if (!(target = create_target(report_pid ? NULL : hook)))
 		fail("muxflow-runtime: out of memory");
 	struct muxd_request req = {.socket = pol.socket, .timeout_ns = pol.timeout_ns,
 				   .method = "POST", .target = target,
@@ -195,9 +222,23 @@ static _Noreturn void gpu_create(char **argv)
 		}
 		if (inv.log[0])
 			runlog_append(inv.log, inv.log_format, "info", WIRED_MSG, inv.id);
+		if (report_pid) {
+			struct pidreport_target t = {.socket = pol.socket, .timeout_ns = pol.timeout_ns,
+						     .id = inv.id, .log = inv.log, .log_format = inv.log_format};
+			char **full = pr.added ? with_pid_file(argv, pr.path) : argv;
+			if (!full || pidreport_spawn(&pr, &t) != 0) {
+				config_replace(&cf, cf.data, cf.len, err, sizeof err);
+				unregister();
+				fail("muxflow-runtime: cannot start the pid reporter for container %s: %s", inv.id,
+				     full ? strerror(errno) : "out of memory");
+			}
+			argv = full;
+		}
 		exec_runtime(argv);
 		int e = errno;
 		char ignored[256];
+		if (report_pid)
+			pidreport_cancel(&pr);
 		/* Put the spec back, so that nothing refers to muxd's wiring
 		 * once muxd has forgotten the container. */
 		config_replace(&cf, cf.data, cf.len, ignored, sizeof ignored);

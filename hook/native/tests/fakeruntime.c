@@ -2,7 +2,9 @@
  * muxflow-wrapper) in the program tests. It records what it was given in
  * $FAKE_OUT/<name>.argv (the arguments, NUL-terminated, argv[0] first),
  * <name>.config (the bundle's config.json as it saw it) and <name>.env
- * (the value of MUXFLOW_TEST_ENV), then exits 0. */
+ * (the value of MUXFLOW_TEST_ENV); given --pid-file, it writes $FAKE_PID
+ * there as runc does (a temporary file, then a rename), unless $FAKE_NOPID
+ * is set; then it exits 0. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,7 @@ static void save(const char *dir, const char *name, const char *ext, const char 
 
 int main(int argc, char **argv)
 {
-	const char *out = getenv("FAKE_OUT"), *bundle = ".";
+	const char *out = getenv("FAKE_OUT"), *bundle = ".", *pidfile = NULL;
 	const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	static char buf[32 << 20];
 	size_t n = 0;
@@ -36,6 +38,8 @@ int main(int argc, char **argv)
 			bundle = argv[i + 1];
 		else if (strncmp(argv[i], "--bundle=", 9) == 0)
 			bundle = argv[i] + 9;
+		else if (strcmp(argv[i], "--pid-file") == 0 && i + 1 < argc)
+			pidfile = argv[i + 1];
 	}
 	save(out, name, "argv", buf, n);
 	const char *env = getenv("MUXFLOW_TEST_ENV");
@@ -50,6 +54,15 @@ int main(int argc, char **argv)
 			n += (size_t)r;
 		close(fd);
 		save(out, name, "config", buf, n);
+	}
+	if (pidfile && getenv("FAKE_PID") && !getenv("FAKE_NOPID")) {
+		char tmp[4096];
+		snprintf(tmp, sizeof tmp, "%s.tmp", pidfile);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		const char *pid = getenv("FAKE_PID");
+		if (fd < 0 || write(fd, pid, strlen(pid)) != (ssize_t)strlen(pid) || close(fd) != 0 ||
+		    rename(tmp, pidfile) != 0)
+			return 4;
 	}
 	return 0;
 }

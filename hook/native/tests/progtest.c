@@ -39,6 +39,7 @@ struct env {
 	char dir[256], bin[300], path[300], bundle[300], out[300], policy[300], sock[300], log[300];
 	char realbin[PATH_MAX];
 	const char *policy_env; /* MUXFLOW_POLICY, or NULL for unset */
+	bool nopid;             /* the fake runtime writes no pid file */
 };
 
 struct result {
@@ -201,7 +202,7 @@ static struct result run(struct env *e, const char *prog, const char *const *arg
 {
 	struct result r = {0};
 	const char *argv[32];
-	char *envp[8], envbuf[6][PATH_MAX];
+	char *envp[10], envbuf[8][PATH_MAX];
 	int n = 0, k = 0;
 
 	argv[n++] = prog;
@@ -211,6 +212,10 @@ static struct result run(struct env *e, const char *prog, const char *const *arg
 	snprintf(envbuf[k], PATH_MAX, "PATH=%s:/usr/bin:/bin", e->path), envp[k] = envbuf[k], k++;
 	snprintf(envbuf[k], PATH_MAX, "FAKE_OUT=%s", e->out), envp[k] = envbuf[k], k++;
 	snprintf(envbuf[k], PATH_MAX, "MUXFLOW_TEST_ENV=passed through"), envp[k] = envbuf[k], k++;
+	/* The fake runtime reports this process as the container's: it lives on. */
+	snprintf(envbuf[k], PATH_MAX, "FAKE_PID=%d", (int)getpid()), envp[k] = envbuf[k], k++;
+	if (e->nopid)
+		snprintf(envbuf[k], PATH_MAX, "FAKE_NOPID=1"), envp[k] = envbuf[k], k++;
 	if (e->policy_env)
 		snprintf(envbuf[k], PATH_MAX, "MUXFLOW_POLICY=%s", e->policy_env), envp[k] = envbuf[k], k++;
 	if (getenv("ASAN_OPTIONS"))
@@ -394,12 +399,12 @@ static bool config_is(struct env *e, const char *data, size_t len)
 static char *create_request(const char *id, const char *bundle, const char *hook, const char *body, size_t len,
 			    size_t *outlen)
 {
-	char *pi = pct(id), *pb = pct(bundle), *ph = pct(hook);
+	char *pi = pct(id), *pb = pct(bundle), *ph = hook ? pct(hook) : strdup("");
 	char *r = malloc(strlen(pi) + strlen(pb) + strlen(ph) + len + 512);
 	int n = sprintf(r,
-			"POST /v1/runtime/create?id=%s&bundle=%s&hook=%s HTTP/1.1\r\nHost: muxd\r\nConnection: close\r\n"
+			"POST /v1/runtime/create?id=%s&bundle=%s%s%s HTTP/1.1\r\nHost: muxd\r\nConnection: close\r\n"
 			"Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-			pi, pb, ph, len);
+			pi, pb, hook ? "&hook=" : "", ph, len);
 	memcpy(r + n, body, len);
 	*outlen = (size_t)n + len;
 	free(pi);
@@ -451,10 +456,11 @@ static void test_gpu_create_204(void)
 	CHECK(ran(&e, "fakerunc", args), "204: the runtime did not get the arguments unchanged");
 	CHECK(config_is(&e, gpu_spec, sizeof gpu_spec - 1), "204: config.json changed");
 	size_t len;
-	char *want = create_request("c1", e.bundle, P("%s/muxflow-hook", e.realbin), gpu_spec, sizeof gpu_spec - 1, &len);
+	/* No hook: muxflow-runtime reports the pid itself. */
+	char *want = create_request("c1", e.bundle, NULL, gpu_spec, sizeof gpu_spec - 1, &len);
 	size_t glen;
 	char *got = read_file(P("%s/req.0", e.dir), &glen);
-	CHECK(got && glen == len && memcmp(got, want, len) == 0, "204: request\n%s\nwant\n%s", got, want);
+	CHECK(got && glen == len && memcmp(got, want, len) == 0, "204: request\n%.*s\nwant\n%s", (int)glen, got, want);
 	CHECK(!exists(e.log), "204: a log line was written");
 	free(want);
 	free(got);
@@ -468,18 +474,31 @@ static void test_gpu_create_200(void)
 	char answer[1024];
 	int n = snprintf(answer, sizeof answer, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
 			 sizeof wired_spec - 1, wired_spec);
-	struct answer a[] = {{answer, (size_t)n}};
+	struct answer a[] = {{answer, (size_t)n}, ANSWER("HTTP/1.1 204 No Content\r\n\r\n")};
 	setup(&e, "gpu 200", POLICY, NULL, 0);
 	/* A relative bundle with a space, a config.json whose mode the umask
 	 * would change, an id with a space. */
 	CHECK(mkdir(P("%s/bun dle", e.dir), 0755) == 0, "mkdir");
 	write_file(P("%s/bun dle/config.json", e.dir), gpu_spec, sizeof gpu_spec - 1, 0666);
-	muxd_start(&m, &e, 1, a);
+	muxd_start(&m, &e, 2, a);
 	const char *args[] = {"--log", e.log, "--log-format", "text", "run", "-b", "bun dle", "--detach", "my c1", NULL};
 	struct result r = run(&e, "muxflow-runtime", args, NULL, 0);
-	CHECK(muxd_done(&m), "200: muxd was not called");
+	CHECK(muxd_done(&m), "200: muxd did not get the create and the pid");
 	CHECK(r.status == 0 && r.errlen == 0, "200: status %d, stderr %s", r.status, r.err);
-	CHECK(ran(&e, "fakerunc", args), "200: the runtime did not get the arguments unchanged");
+	/* Without a --pid-file, one in the bundle is added after the command. */
+	char *pidfile = P("%s/bun dle/muxflow-init.pid", e.dir);
+	const char *with_pid[] = {"--log", e.log, "--log-format", "text", "run", "--pid-file", pidfile,
+				  "-b", "bun dle", "--detach", "my c1", NULL};
+	CHECK(ran(&e, "fakerunc", with_pid), "200: the runtime did not get the arguments with the pid file added");
+	size_t glen0;
+	char *report = read_file(P("%s/req.1", e.dir), &glen0);
+	char body[64];
+	snprintf(body, sizeof body, "{\"id\":\"my c1\",\"pid\":%d}", (int)getpid());
+	char *want_report = P("POST /v1/runtime/hooks/create-runtime HTTP/1.1\r\nHost: muxd\r\nConnection: close\r\n"
+			      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+	CHECK(report && glen0 == strlen(want_report) && memcmp(report, want_report, glen0) == 0,
+	      "200: pid report\n%.*s\nwant\n%s", report ? (int)glen0 : 0, report ? report : "", want_report);
+	free(report);
 	CHECK(file_is(P("%s/bun dle/config.json", e.dir), wired_spec, sizeof wired_spec - 1),
 	      "200: config.json is not muxd's");
 	CHECK(file_is(P("%s/fakerunc.config", e.out), wired_spec, sizeof wired_spec - 1),
@@ -490,10 +509,10 @@ static void test_gpu_create_200(void)
 	CHECK(!exists(P("%s/bun dle/config.json.muxflow-tmp", e.dir)), "200: temporary file left");
 	size_t len, glen;
 	char *bundle = P("%s/bun dle", e.dir);
-	char *want = create_request("my c1", bundle, P("%s/muxflow-hook", e.realbin), gpu_spec, sizeof gpu_spec - 1, &len);
+	char *want = create_request("my c1", bundle, NULL, gpu_spec, sizeof gpu_spec - 1, &len);
 	char *got = read_file(P("%s/req.0", e.dir), &glen);
-	CHECK(got && glen == len && memcmp(got, want, len) == 0, "200: request\n%s\nwant\n%s", got, want);
-	CHECK(got && strstr(got, "?id=my%20c1&bundle=%2F") && strstr(got, "bun%20dle&hook=%2F"),
+	CHECK(got && glen == len && memcmp(got, want, len) == 0, "200: request\n%.*s\nwant\n%s", (int)glen, got, want);
+	CHECK(got && strstr(got, "?id=my%20c1&bundle=%2F") && strstr(got, "bun%20dle HTTP/1.1"),
 	      "200: percent-encoding: %.200s", got);
 	char *log = read_file(e.log, &len);
 	CHECK(log && strncmp(log, "time=\"", 6) == 0 &&
@@ -502,6 +521,56 @@ static void test_gpu_create_200(void)
 	free(want);
 	free(got);
 	free(log);
+	done(&r);
+}
+
+/* containerd's create names a pid file: the command line stays as it came
+ * and the pid read from that file goes to muxd. */
+static void test_gpu_create_reports_pid(void)
+{
+	struct env e;
+	struct muxd m;
+	char answer[1024];
+	int n = snprintf(answer, sizeof answer, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n%s",
+			 sizeof wired_spec - 1, wired_spec);
+	struct answer a[] = {{answer, (size_t)n}, ANSWER("HTTP/1.1 204 No Content\r\n\r\n")};
+	setup(&e, "reports-pid", POLICY, gpu_spec, sizeof gpu_spec - 1);
+	/* A stale pid file must not be taken for the runtime's. */
+	write_file(P("%s/init.pid", e.dir), "1", 1, 0644);
+	muxd_start(&m, &e, 2, a);
+	const char *args[] = {"--log", e.log, "create", "--bundle", e.bundle, "--pid-file", "init.pid", "c1", NULL};
+	struct result r = run(&e, "muxflow-runtime", args, NULL, 0);
+	CHECK(muxd_done(&m), "pid file: muxd did not get the create and the pid");
+	CHECK(r.status == 0 && r.errlen == 0, "pid file: status %d, stderr %s", r.status, r.err);
+	CHECK(ran(&e, "fakerunc", args), "pid file: the runtime did not get the arguments unchanged");
+	size_t len;
+	char *report = read_file(P("%s/req.1", e.dir), &len);
+	CHECK(report && strstr(report, "POST /v1/runtime/hooks/create-runtime ") &&
+	      strstr(report, P("\r\n\r\n{\"id\":\"c1\",\"pid\":%d}", (int)getpid())),
+	      "pid file: report %s", report ? report : "(none)");
+	CHECK(!exists(P("%s/muxflow-init.pid", e.bundle)), "pid file: a pid file was added anyway");
+	free(report);
+	done(&r);
+}
+
+/* A runtime that fails before the container's process exists writes no pid
+ * file: muxd is told to forget the container. */
+static void test_gpu_create_runtime_fails_early(void)
+{
+	struct env e;
+	struct muxd m;
+	char answer[1024];
+	int n = snprintf(answer, sizeof answer, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n%s",
+			 sizeof wired_spec - 1, wired_spec);
+	struct answer a[] = {{answer, (size_t)n}, ANSWER("HTTP/1.1 204 No Content\r\n\r\n")};
+	setup(&e, "no-pid", POLICY, gpu_spec, sizeof gpu_spec - 1);
+	e.nopid = true;
+	muxd_start(&m, &e, 2, a);
+	const char *args[] = {"create", "--bundle", e.bundle, "c 2", NULL};
+	struct result r = run(&e, "muxflow-runtime", args, NULL, 0);
+	CHECK(muxd_done(&m), "no pid: muxd did not get the create and the delete");
+	const char del[] = "DELETE /v1/containers/c%202 HTTP/1.1\r\nHost: muxd\r\nConnection: close\r\n\r\n";
+	CHECK(file_is(P("%s/req.1", e.dir), del, sizeof del - 1), "no pid: no DELETE after the runtime exited");
 	done(&r);
 }
 
@@ -903,6 +972,8 @@ int main(int argc, char **argv)
 	test_non_gpu_create();
 	test_gpu_create_204();
 	test_gpu_create_200();
+	test_gpu_create_reports_pid();
+	test_gpu_create_runtime_fails_early();
 	test_gpu_create_refused();
 	test_muxd_down();
 	test_other_commands();
