@@ -5,6 +5,8 @@
  * creation longer than hook.timeout. */
 #include "muxdcall.h"
 
+#include "pctenc.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,4 +199,21 @@ void muxd_reply_free(struct muxd_reply *reply)
 {
 	free(reply->raw);
 	reply->raw = NULL;
+}
+
+void muxd_unregister(const char *socket, int64_t timeout_ns, const char *id)
+{
+	size_t n = strlen(id);
+	char *target = malloc(3 * n + 32), err[256];
+	struct muxd_reply reply;
+
+	if (!target)
+		return;
+	strcpy(target, "/v1/containers/");
+	pct_encode(id, n, target + strlen(target));
+	struct muxd_request req = {.socket = socket, .timeout_ns = timeout_ns, .method = "DELETE",
+				   .target = target};
+	muxd_call(&req, &reply, err, sizeof err);
+	muxd_reply_free(&reply);
+	free(target);
 }

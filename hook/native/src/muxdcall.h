@@ -46,4 +46,8 @@ enum muxd_outcome muxd_call(const struct muxd_request *req, struct muxd_reply *r
 
 void muxd_reply_free(struct muxd_reply *reply);
 
+/* muxd_unregister has muxd forget container id (DELETE /v1/containers/ID):
+ * best effort, for a create that failed after muxd registered it. */
+void muxd_unregister(const char *socket, int64_t timeout_ns, const char *id);
+
 #endif

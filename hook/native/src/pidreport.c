@@ -10,7 +10,6 @@
 
 #include "args.h"
 #include "muxdcall.h"
-#include "pctenc.h"
 #include "report.h"
 #include "runlog.h"
 
@@ -184,19 +183,7 @@ static int report(const struct pidreport_target *t, pid_t pid, char *msg, size_t
  * existed: nothing else would tell muxd. */
 static void forget(const struct pidreport_target *t)
 {
-	size_t n = strlen(t->id);
-	char *target = malloc(3 * n + 32), err[256];
-	struct muxd_reply reply;
-
-	if (!target)
-		return;
-	strcpy(target, "/v1/containers/");
-	pct_encode(t->id, n, target + strlen(target));
-	struct muxd_request req = {.socket = t->socket, .timeout_ns = t->timeout_ns, .method = "DELETE",
-				   .target = target};
-	muxd_call(&req, &reply, err, sizeof err);
-	muxd_reply_free(&reply);
-	free(target);
+	muxd_unregister(t->socket, t->timeout_ns, t->id);
 }
 
 /* settle reports the container's pid, or, when its process has already

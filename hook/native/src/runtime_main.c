@@ -109,20 +109,7 @@ static void exec_runtime(char **argv)
  * exist for muxd to watch. Best effort, its own deadline. */
 static void unregister(void)
 {
-	size_t n = strlen(inv.id);
-	char *path = malloc(3 * n + 32);
-	struct muxd_reply r;
-	char err[256];
-
-	if (!path)
-		return;
-	strcpy(path, "/v1/containers/");
-	pct_encode(inv.id, n, path + strlen(path));
-	struct muxd_request req = {.socket = pol.socket, .timeout_ns = pol.timeout_ns,
-				   .method = "DELETE", .target = path};
-	muxd_call(&req, &r, err, sizeof err);
-	muxd_reply_free(&r);
-	free(path);
+	muxd_unregister(pol.socket, pol.timeout_ns, inv.id);
 }
 
 /* create_target names the container for muxd; with hook (NULL: none), muxd
