@@ -1,5 +1,5 @@
-/* args.c: reads a runc/crun command line exactly as the Go front did
- * (hook/front/args.go), so that the C and Go stages agree on which words
+/* args.c: reads a runc/crun command line exactly as the Go wrapper does
+ * (hook/wrapper/args.go), so that the C and Go stages agree on which words
  * are the subcommand, the bundle and the container id. */
 #include "args.h"
 

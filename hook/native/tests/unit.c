@@ -1,5 +1,5 @@
 /* unit.c: unit tests of hook/native's parsers and helpers, with the cases
- * of the Go code they replace (hook/front) and the edges of each format.
+ * of the Go code they replace (the Go first stage that was hook/front) and the edges of each format.
  * usage: unit DEFAULT_POLICY_TOML PLAIN_SPEC_JSON */
 #include "args.h"
 #include "bundle.h"
@@ -59,7 +59,7 @@ static char *tpath(const char *name)
 	return b;
 }
 
-/* ---- args (cases of hook/front/args_test.go, then more) ---- */
+/* ---- args (cases of hook/wrapper/args_test.go, then more) ---- */
 
 struct args_case {
 	const char *name;
@@ -166,7 +166,7 @@ static void test_path_clean(void)
 	}
 }
 
-/* ---- policy scan (cases of hook/front/front_test.go, then more) ---- */
+/* ---- policy scan (cases of the former Go scanner's tests, then more) ---- */
 
 struct policy_case {
 	const char *name, *doc;
