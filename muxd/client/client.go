@@ -196,9 +196,3 @@ func (c *Client) CreateForRuntime(ctx context.Context, id, bundle, hook string, 
 	}
 	return data, nil
 }
-
-// Hook forwards an OCI hook's state as muxflow-hook does (POST /v1/runtime/hooks/NAME).
-func (c *Client) Hook(ctx context.Context, name string, state []byte) error {
-	_, _, err := c.raw(ctx, "POST", "/runtime/hooks/"+url.PathEscape(name), state, true)
-	return err
-}
