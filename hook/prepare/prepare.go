@@ -70,15 +70,15 @@ func invalidf(format string, a ...any) error { return invalid{fmt.Errorf(format,
 // config.json; when wiring fails after the registration, the registration is undone.
 func Create(req Request, p *policy.Policy, reg Registry) (*api.Container, []byte, error) {
 	if len(req.Spec) > MaxSpecSize {
-		return nil, nil, invalidf("muxflow: container %s: config.json is larger than %d bytes", req.ID, MaxSpecSize)
+		return nil, nil, invalidf("muxflow: container %q: config.json is larger than %d bytes", req.ID, MaxSpecSize)
 	}
 	var s specs.Spec
 	if err := json.Unmarshal(req.Spec, &s); err != nil {
-		return nil, nil, invalidf("muxflow: container %s: decode config.json: %v", req.ID, err)
+		return nil, nil, invalidf("muxflow: container %q: decode config.json: %v", req.ID, err)
 	}
 	gpus, err := gpucontainer.Detect(&s)
 	if err != nil {
-		return nil, nil, invalidf("muxflow: container %s: %v", req.ID, err)
+		return nil, nil, invalidf("muxflow: container %q: %v", req.ID, err)
 	}
 	if gpus == nil {
 		return nil, nil, nil
@@ -86,13 +86,11 @@ func Create(req Request, p *policy.Policy, reg Registry) (*api.Container, []byte
 	if err := api.ValidateID(req.ID); err != nil {
 		return nil, nil, invalidf("muxflow: cannot create GPU container: %v", err)
 	}
-	for what, path := range map[string]string{"bundle": req.Bundle, "hook binary": req.HookBinary} {
-		if path == "" && what != "bundle" {
-			continue
-		}
-		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-			return nil, nil, invalidf("muxflow: GPU container %s: %s path %q is not absolute and clean", req.ID, what, path)
-		}
+	if !cleanAbs(req.Bundle) {
+		return nil, nil, invalidf("muxflow: GPU container %s: bundle path %q is not absolute and clean", req.ID, req.Bundle)
+	}
+	if req.HookBinary != "" && !cleanAbs(req.HookBinary) {
+		return nil, nil, invalidf("muxflow: GPU container %s: hook binary path %q is not absolute and clean", req.ID, req.HookBinary)
 	}
 	if s.Process == nil {
 		return nil, nil, invalidf("muxflow: GPU container %s has no process in config.json", req.ID)
@@ -122,6 +120,8 @@ func Create(req Request, p *policy.Policy, reg Registry) (*api.Container, []byte
 	}
 	return &c, out, nil
 }
+
+func cleanAbs(path string) bool { return filepath.IsAbs(path) && filepath.Clean(path) == path }
 
 func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte, error) {
 	if c.ID != req.ID {
