@@ -48,6 +48,21 @@ void gs_hdr_fill(struct gs_hdr *h, uint16_t op, uint32_t len)
 	h->id = 0;
 }
 
+CUresult gs_send_ids(uint16_t op, uint32_t a, uint32_t b)
+{
+	struct gs_u32x2 m = {.a = a, .b = b};
+	gs_hdr_fill(&m.h, op, sizeof m);
+	return gs_send(&m, sizeof m);
+}
+
+CUresult gs_call_ids(uint16_t op, uint32_t a, uint32_t b)
+{
+	struct gs_u32x2 m = {.a = a, .b = b};
+	gs_hdr_fill(&m.h, op, sizeof m);
+	struct gs_reply r;
+	return gs_call(&m, sizeof m, &r, sizeof r);
+}
+
 static int write_all(int fd, const void *p, size_t n)
 {
 	const char *c = p;
@@ -333,9 +348,6 @@ static void gs_atexit(void)
 		struct CUctx_st *c = atomic_load(&gs_ctx_by_id[i]);
 		if (c == NULL || atomic_load(&c->err) != 0)
 			continue;
-		struct gs_u32x2 m = {.a = c->id};
-		gs_hdr_fill(&m.h, GS_CTX_DESTROY, sizeof m);
-		struct gs_reply r;
-		(void)gs_call(&m, sizeof m, &r, sizeof r);
+		(void)gs_call_ids(GS_CTX_DESTROY, c->id, 0);
 	}
 }

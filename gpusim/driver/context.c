@@ -188,10 +188,7 @@ static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, dou
 
 static void ctx_destroy(struct CUctx_st *c)
 {
-	struct gs_u32x2 m = {.a = c->id};
-	gs_hdr_fill(&m.h, GS_CTX_DESTROY, sizeof m);
-	struct gs_reply r;
-	(void)gs_call(&m, sizeof m, &r, sizeof r);
+	(void)gs_call_ids(GS_CTX_DESTROY, c->id, 0);
 	atomic_store(&gs_ctx_by_id[c->id], NULL);
 	c->magic = 0;
 	/* never freed: other threads may still hold the pointer; a stale handle
@@ -417,8 +414,5 @@ GS_EXPORT CUresult cuCtxSynchronize(void)
 		return r;
 	if ((r = gs_ctx_ok(c)) != CUDA_SUCCESS)
 		return r;
-	struct gs_u32x2 m = {.a = GS_SYNC_CONTEXT, .b = c->id};
-	gs_hdr_fill(&m.h, GS_SYNC, sizeof m);
-	struct gs_reply rep;
-	return gs_call(&m, sizeof m, &rep, sizeof rep);
+	return gs_call_ids(GS_SYNC, GS_SYNC_CONTEXT, c->id);
 }

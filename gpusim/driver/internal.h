@@ -112,6 +112,10 @@ CUresult gs_init(void);
 CUresult gs_send(void *msg, uint32_t len);        /* pipelined, no reply */
 CUresult gs_call(void *msg, uint32_t len, void *reply, uint32_t reply_cap); /* round trip */
 void gs_hdr_fill(struct gs_hdr *h, uint16_t op, uint32_t len);
+/* Most messages carry two ids (struct gs_u32x2): sent pipelined, or as a
+ * round trip whose plain reply carries the result. */
+CUresult gs_send_ids(uint16_t op, uint32_t a, uint32_t b);
+CUresult gs_call_ids(uint16_t op, uint32_t a, uint32_t b);
 void gs_poll(void); /* non-blocking: pick up a pending notification */
 
 /* context.c */

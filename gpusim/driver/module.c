@@ -75,10 +75,8 @@ GS_EXPORT CUresult cuModuleUnload(CUmodule m)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (m == NULL || m->magic != GS_MAGIC_MODULE)
 		return CUDA_ERROR_INVALID_HANDLE;
-	struct gs_u32x2 msg = {.a = m->id};
-	gs_hdr_fill(&msg.h, GS_MODULE_UNLOAD, sizeof msg);
 	m->magic = 0;
-	return gs_send(&msg, sizeof msg);
+	return gs_send_ids(GS_MODULE_UNLOAD, m->id, 0);
 }
 
 GS_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule m, const char *name)
@@ -241,8 +239,5 @@ CUresult gs_copy(CUstream hs, uint32_t kind, uint64_t bytes, int sync)
 	gs_hdr_fill(&m.h, GS_COPY, sizeof m);
 	if ((r = gs_send(&m, sizeof m)) != CUDA_SUCCESS || !sync)
 		return r;
-	struct gs_u32x2 q = {.a = GS_SYNC_STREAM, .b = s->id};
-	gs_hdr_fill(&q.h, GS_SYNC, sizeof q);
-	struct gs_reply rep;
-	return gs_call(&q, sizeof q, &rep, sizeof rep);
+	return gs_call_ids(GS_SYNC, GS_SYNC_STREAM, s->id);
 }

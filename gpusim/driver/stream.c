@@ -4,22 +4,6 @@
 
 #include "internal.h"
 
-static CUresult sync_call(uint32_t kind, uint32_t id)
-{
-	struct gs_u32x2 m = {.a = kind, .b = id};
-	gs_hdr_fill(&m.h, GS_SYNC, sizeof m);
-	struct gs_reply r;
-	return gs_call(&m, sizeof m, &r, sizeof r);
-}
-
-static CUresult query_call(uint32_t kind, uint32_t id)
-{
-	struct gs_u32x2 m = {.a = kind, .b = id};
-	gs_hdr_fill(&m.h, GS_QUERY, sizeof m);
-	struct gs_reply r;
-	return gs_call(&m, sizeof m, &r, sizeof r);
-}
-
 static CUresult stream_create(CUstream *ph, unsigned int flags)
 {
 	if (ph == NULL || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
@@ -36,9 +20,7 @@ static CUresult stream_create(CUstream *ph, unsigned int flags)
 	s->magic = GS_MAGIC_STREAM;
 	s->id = gs_next_id();
 	s->ctx = c;
-	struct gs_u32x2 m = {.a = c->id, .b = s->id};
-	gs_hdr_fill(&m.h, GS_STREAM_CREATE, sizeof m);
-	if ((r = gs_send(&m, sizeof m)) != CUDA_SUCCESS) {
+	if ((r = gs_send_ids(GS_STREAM_CREATE, c->id, s->id)) != CUDA_SUCCESS) {
 		free(s);
 		return r;
 	}
@@ -60,10 +42,8 @@ GS_EXPORT CUresult cuStreamDestroy(CUstream hs)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (hs == NULL || hs == CU_STREAM_LEGACY || hs == CU_STREAM_PER_THREAD || hs->magic != GS_MAGIC_STREAM)
 		return CUDA_ERROR_INVALID_HANDLE;
-	struct gs_u32x2 m = {.a = hs->id};
-	gs_hdr_fill(&m.h, GS_STREAM_DESTROY, sizeof m);
 	hs->magic = 0;
-	return gs_send(&m, sizeof m);
+	return gs_send_ids(GS_STREAM_DESTROY, hs->id, 0);
 }
 
 GS_EXPORT CUresult cuStreamSynchronize(CUstream hs)
@@ -76,7 +56,7 @@ GS_EXPORT CUresult cuStreamSynchronize(CUstream hs)
 		return r;
 	if (s->capture != NULL)
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-	return sync_call(GS_SYNC_STREAM, s->id);
+	return gs_call_ids(GS_SYNC, GS_SYNC_STREAM, s->id);
 }
 
 GS_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hs) { return cuStreamSynchronize(hs); }
@@ -89,7 +69,7 @@ GS_EXPORT CUresult cuStreamQuery(CUstream hs)
 		return r;
 	if ((r = gs_ctx_ok(s->ctx)) != CUDA_SUCCESS)
 		return r;
-	return query_call(GS_SYNC_STREAM, s->id);
+	return gs_call_ids(GS_QUERY, GS_SYNC_STREAM, s->id);
 }
 
 GS_EXPORT CUresult cuStreamWaitEvent(CUstream hs, CUevent ev, unsigned int flags)
@@ -102,9 +82,7 @@ GS_EXPORT CUresult cuStreamWaitEvent(CUstream hs, CUevent ev, unsigned int flags
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (s->capture != NULL)
 		return CUDA_SUCCESS; /* dependencies inside a capture are implicit in node order */
-	struct gs_u32x2 m = {.a = s->id, .b = ev->id};
-	gs_hdr_fill(&m.h, GS_STREAM_WAIT_EVENT, sizeof m);
-	return gs_send(&m, sizeof m);
+	return gs_send_ids(GS_STREAM_WAIT_EVENT, s->id, ev->id);
 }
 
 GS_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
@@ -122,9 +100,7 @@ GS_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
 	e->id = gs_next_id();
 	e->ctx = c;
 	e->flags = flags;
-	struct gs_u32x2 m = {.a = c->id, .b = e->id};
-	gs_hdr_fill(&m.h, GS_EVENT_CREATE, sizeof m);
-	if ((r = gs_send(&m, sizeof m)) != CUDA_SUCCESS) {
+	if ((r = gs_send_ids(GS_EVENT_CREATE, c->id, e->id)) != CUDA_SUCCESS) {
 		free(e);
 		return r;
 	}
@@ -151,21 +127,19 @@ GS_EXPORT CUresult cuEventRecord(CUevent ev, CUstream hs)
 		return r;
 	if (s->capture != NULL)
 		return CUDA_SUCCESS;
-	struct gs_u32x2 m = {.a = ev->id, .b = s->id};
-	gs_hdr_fill(&m.h, GS_EVENT_RECORD, sizeof m);
-	return gs_send(&m, sizeof m);
+	return gs_send_ids(GS_EVENT_RECORD, ev->id, s->id);
 }
 
 GS_EXPORT CUresult cuEventQuery(CUevent ev)
 {
 	CUresult r = event_ok(ev);
-	return r != CUDA_SUCCESS ? r : query_call(GS_SYNC_EVENT, ev->id);
+	return r != CUDA_SUCCESS ? r : gs_call_ids(GS_QUERY, GS_SYNC_EVENT, ev->id);
 }
 
 GS_EXPORT CUresult cuEventSynchronize(CUevent ev)
 {
 	CUresult r = event_ok(ev);
-	return r != CUDA_SUCCESS ? r : sync_call(GS_SYNC_EVENT, ev->id);
+	return r != CUDA_SUCCESS ? r : gs_call_ids(GS_SYNC, GS_SYNC_EVENT, ev->id);
 }
 
 GS_EXPORT CUresult cuEventDestroy(CUevent ev)
@@ -174,10 +148,8 @@ GS_EXPORT CUresult cuEventDestroy(CUevent ev)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (ev == NULL || ev->magic != GS_MAGIC_EVENT)
 		return CUDA_ERROR_INVALID_HANDLE;
-	struct gs_u32x2 m = {.a = ev->id};
-	gs_hdr_fill(&m.h, GS_EVENT_DESTROY, sizeof m);
 	ev->magic = 0;
-	return gs_send(&m, sizeof m);
+	return gs_send_ids(GS_EVENT_DESTROY, ev->id, 0);
 }
 
 GS_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)

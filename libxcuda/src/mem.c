@@ -191,6 +191,29 @@ static int current_device(void)
         return r_;                                                            \
     } while (0)
 
+/* Common path of every counted free: untrack, free, then drop the reservation,
+ * or track the object again when the driver refused to free it. The driver
+ * may call a free re-entrantly from inside another hooked call, so only the
+ * outermost call clears the guard. */
+#define COUNTED_FREE(kind, key, counted, call)                                \
+    do {                                                                      \
+        int dev_;                                                             \
+        uint64_t size_;                                                       \
+        int known_ = (counted) && !XC_PASS() && untrack((kind), (key), &dev_, &size_); \
+        int outer_ = !xc_tls_inside;                                          \
+        xc_tls_inside = 1;                                                    \
+        CUresult r_ = (call);                                                 \
+        if (outer_)                                                           \
+            xc_tls_inside = 0;                                                \
+        if (known_) {                                                         \
+            if (r_ == CUDA_SUCCESS)                                           \
+                unreserve(dev_, size_);                                       \
+            else                                                              \
+                track((kind), (key), dev_, size_);                            \
+        }                                                                     \
+        return r_;                                                            \
+    } while (0)
+
 #define NEED(fn)                                                              \
     __typeof__(xc_real.fn) real_ = XC_REAL(fn);                               \
     if (real_ == NULL)                                                        \
@@ -256,21 +279,7 @@ XC_EXPORT CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
 static CUresult free_ptr(CUdeviceptr dptr, CUresult (*real)(CUdeviceptr, CUstream),
                          CUstream s, CUresult (*real_sync)(CUdeviceptr))
 {
-    int dev;
-    uint64_t size;
-    int known = dptr != 0 && !XC_PASS() && untrack(K_PTR, dptr, &dev, &size);
-    int outer = !xc_tls_inside;
-    xc_tls_inside = 1;
-    CUresult r = real ? real(dptr, s) : real_sync(dptr);
-    if (outer)
-        xc_tls_inside = 0;
-    if (known) {
-        if (r == CUDA_SUCCESS)
-            unreserve(dev, size);
-        else
-            track(K_PTR, dptr, dev, size);
-    }
-    return r;
+    COUNTED_FREE(K_PTR, dptr, dptr != 0, real ? real(dptr, s) : real_sync(dptr));
 }
 
 XC_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
@@ -353,21 +362,7 @@ XC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
 XC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     NEED(cuMemRelease);
-    int dev;
-    uint64_t size;
-    int known = !XC_PASS() && untrack(K_HANDLE, handle, &dev, &size);
-    int outer = !xc_tls_inside;
-    xc_tls_inside = 1;
-    CUresult r = real_(handle);
-    if (outer)
-        xc_tls_inside = 0;
-    if (known) {
-        if (r == CUDA_SUCCESS)
-            unreserve(dev, size);
-        else
-            track(K_HANDLE, handle, dev, size);
-    }
-    return r;
+    COUNTED_FREE(K_HANDLE, handle, 1, real_(handle));
 }
 
 static uint64_t format_bytes(CUarray_format f)
@@ -428,22 +423,7 @@ XC_EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPT
 XC_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 {
     NEED(cuArrayDestroy);
-    int dev;
-    uint64_t size;
-    int known = hArray != NULL && !XC_PASS() &&
-                untrack(K_ARRAY, (uintptr_t)hArray, &dev, &size);
-    int outer = !xc_tls_inside;
-    xc_tls_inside = 1;
-    CUresult r = real_(hArray);
-    if (outer)
-        xc_tls_inside = 0;
-    if (known) {
-        if (r == CUDA_SUCCESS)
-            unreserve(dev, size);
-        else
-            track(K_ARRAY, (uintptr_t)hArray, dev, size);
-    }
-    return r;
+    COUNTED_FREE(K_ARRAY, (uintptr_t)hArray, hArray != NULL, real_(hArray));
 }
 
 XC_EXPORT CUresult cuMemGetInfo(size_t *free_b, size_t *total_b)
