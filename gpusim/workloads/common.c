@@ -92,6 +92,19 @@ const char *drv_errname(struct drv *d, CUresult r)
 	return s;
 }
 
+CUresult drv_open(struct drv *d, int device, CUdevice *dev, CUcontext *ctx, CUstream *st,
+		  const char **step)
+{
+	CUresult r;
+	if ((*step = "cuInit", r = d->Init(0)) != CUDA_SUCCESS ||
+	    (*step = "cuDeviceGet", r = d->DeviceGet(dev, device)) != CUDA_SUCCESS ||
+	    (*step = "cuDevicePrimaryCtxRetain", r = d->PrimaryCtxRetain(ctx, *dev)) != CUDA_SUCCESS ||
+	    (*step = "cuCtxSetCurrent", r = d->CtxSetCurrent(*ctx)) != CUDA_SUCCESS ||
+	    (*step = "cuStreamCreate", r = d->StreamCreate(st, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+		return r;
+	return CUDA_SUCCESS;
+}
+
 int is_sticky(CUresult r)
 {
 	switch (r) {

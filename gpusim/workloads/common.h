@@ -48,6 +48,12 @@ struct drv {
 int drv_load(struct drv *d, int use_dlsym);
 const char *drv_errname(struct drv *d, CUresult r);
 
+/* drv_open starts the way both programs do: cuInit, the device's primary
+ * context made current, one non-blocking stream. On failure *step names the
+ * call that failed. */
+CUresult drv_open(struct drv *d, int device, CUdevice *dev, CUcontext *ctx, CUstream *st,
+		  const char **step);
+
 /* is_sticky: errors after which the context is unusable */
 int is_sticky(CUresult r);
 

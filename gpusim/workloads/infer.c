@@ -214,11 +214,8 @@ int main(int argc, char **argv)
 	CUmodule mod;
 	CUfunction fn;
 	CUdeviceptr buf = 0;
-	const char *step = "cuInit";
-	if ((r = d.Init(0)) != CUDA_SUCCESS || (step = "cuDeviceGet", r = d.DeviceGet(&dev, device)) != CUDA_SUCCESS ||
-	    (step = "cuDevicePrimaryCtxRetain", r = d.PrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS ||
-	    (step = "cuCtxSetCurrent", r = d.CtxSetCurrent(ctx)) != CUDA_SUCCESS ||
-	    (step = "cuStreamCreate", r = d.StreamCreate(&st, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+	const char *step;
+	if ((r = drv_open(&d, device, &dev, &ctx, &st, &step)) != CUDA_SUCCESS) {
 		printf("{\"error\":\"%s: %s\"}\n", step, drv_errname(&d, r));
 		return 3;
 	}

@@ -74,12 +74,9 @@ int main(int argc, char **argv)
 	CUfunction fn;
 	CUdeviceptr foot = 0;
 	int sms = 0;
-	const char *step = "cuInit";
-	if ((r = d.Init(0)) != CUDA_SUCCESS || (step = "cuDeviceGet", r = d.DeviceGet(&dev, device)) != CUDA_SUCCESS ||
-	    (step = "cuDevicePrimaryCtxRetain", r = d.PrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS ||
-	    (step = "cuCtxSetCurrent", r = d.CtxSetCurrent(ctx)) != CUDA_SUCCESS ||
+	const char *step;
+	if ((r = drv_open(&d, device, &dev, &ctx, &st, &step)) != CUDA_SUCCESS ||
 	    (step = "cuDeviceGetAttribute", r = d.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) != CUDA_SUCCESS ||
-	    (step = "cuStreamCreate", r = d.StreamCreate(&st, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS ||
 	    (step = "cuMemAlloc", r = (mem > 0 ? d.MemAlloc(&foot, mem) : CUDA_SUCCESS)) != CUDA_SUCCESS) {
 		printf("{\"iterations\":0,\"it_per_s\":0,\"errors\":1,\"first_error\":\"%s\",\"failed_at\":\"%s\"}\n",
 		       drv_errname(&d, r), step);
