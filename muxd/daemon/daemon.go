@@ -372,14 +372,20 @@ func (d *Daemon) dropExited(id string, pid int) {
 	if err != nil || c.State != api.StateRunning || c.PID != pid {
 		return
 	}
+	if err := d.unregisterContainer(id, "its process exited"); err != nil && !errors.Is(err, registry.ErrNotFound) {
+		d.log.Error("cannot unregister exited container", "id", id, "err", err)
+	}
+}
+
+// unregisterContainer removes a container from the registry and releases what muxd
+// holds for it; why is logged.
+func (d *Daemon) unregisterContainer(id, why string) error {
 	if err := d.reg.Remove(id); err != nil {
-		if !errors.Is(err, registry.ErrNotFound) {
-			d.log.Error("cannot unregister exited container", "id", id, "err", err)
-		}
-		return
+		return err
 	}
 	d.forget(id)
-	d.log.Info("exited container unregistered", "id", id, "pid", pid)
+	d.log.Info("container unregistered", "id", id, "why", why)
+	return nil
 }
 
 func (d *Daemon) forget(id string) {

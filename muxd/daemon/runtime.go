@@ -95,15 +95,10 @@ func (d *Daemon) runtimeHook(r *http.Request) (int, []byte, error) {
 		d.watchExit(c)
 		return http.StatusNoContent, nil, nil
 	}
-	err = d.reg.Remove(st.ID)
-	if errors.Is(err, registry.ErrNotFound) {
-		return http.StatusNoContent, nil, nil // already dropped (eviction, or muxd lost it)
-	}
-	if err != nil {
+	err = d.unregisterContainer(st.ID, "poststop hook")
+	if err != nil && !errors.Is(err, registry.ErrNotFound) { // not found: already dropped
 		return statusOf(err, 0), nil, fmt.Errorf("cannot unregister container %s: %w", st.ID, err)
 	}
-	d.forget(st.ID)
-	d.log.Info("container unregistered", "id", st.ID)
 	return http.StatusNoContent, nil, nil
 }
 
@@ -160,10 +155,5 @@ func (a registryAdapter) Register(req api.RegisterRequest) (api.Container, error
 }
 
 func (a registryAdapter) Unregister(id string) error {
-	if err := a.d.reg.Remove(id); err != nil {
-		return err
-	}
-	a.d.forget(id)
-	a.d.log.Info("container unregistered", "id", id)
-	return nil
+	return a.d.unregisterContainer(id, "its wiring failed")
 }

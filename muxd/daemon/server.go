@@ -134,12 +134,9 @@ func (d *Daemon) registerContainer(req api.RegisterRequest) (api.Container, int,
 }
 
 func (d *Daemon) unregister(r *http.Request) (int, any, error) {
-	id := r.PathValue("id")
-	if err := d.reg.Remove(id); err != nil {
+	if err := d.unregisterContainer(r.PathValue("id"), "asked"); err != nil {
 		return statusOf(err, 204), nil, err
 	}
-	d.forget(id)
-	d.log.Info("container unregistered", "id", id)
 	return 204, nil, nil
 }
 

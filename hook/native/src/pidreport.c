@@ -94,7 +94,8 @@ fail:
 	return -1;
 }
 
-int pidreport_read(const char *path, pid_t *pid)
+/* read_pid reads a pid file as runc and crun write it. */
+static int read_pid(const char *path, pid_t *pid)
 {
 	char buf[32];
 	ssize_t n;
@@ -131,7 +132,7 @@ static int fresh(const struct pidreport *pr, pid_t *pid)
 		return -1;
 	if (pr->existed && st.st_dev == pr->dev && st.st_ino == pr->ino && mtime_ns(&st) == pr->mtime_ns)
 		return -1;
-	return pidreport_read(pr->path, pid);
+	return read_pid(pr->path, pid);
 }
 
 static void warn(const struct pidreport_target *t, const char *msg)

@@ -53,7 +53,4 @@ int pidreport_spawn(struct pidreport *pr, const struct pidreport_target *t);
  * exec'd: the caller unregisters the container itself. */
 void pidreport_cancel(struct pidreport *pr);
 
-/* pidreport_read reads a pid file as runc and crun write it. */
-int pidreport_read(const char *path, pid_t *pid);
-
 #endif
