@@ -151,6 +151,21 @@ static int read_one(void)
 	return 0;
 }
 
+/* read_as_reader reads one message as the connection's only reader, with
+ * gs_rx_mu released meanwhile; called and returns with gs_rx_mu held. A read
+ * error marks the connection dead; waiters are woken either way. */
+static void read_as_reader(void)
+{
+	gs_reader_busy = 1;
+	pthread_mutex_unlock(&gs_rx_mu);
+	int rc = read_one();
+	pthread_mutex_lock(&gs_rx_mu);
+	gs_reader_busy = 0;
+	if (rc != 0)
+		atomic_store(&gs_dead, 1);
+	pthread_cond_broadcast(&gs_rx_cv);
+}
+
 CUresult gs_call(void *msg, uint32_t len, void *reply, uint32_t reply_cap)
 {
 	if (atomic_load(&gs_dead))
@@ -175,14 +190,7 @@ CUresult gs_call(void *msg, uint32_t len, void *reply, uint32_t reply_cap)
 			pthread_cond_wait(&gs_rx_cv, &gs_rx_mu);
 			continue;
 		}
-		gs_reader_busy = 1;
-		pthread_mutex_unlock(&gs_rx_mu);
-		int rc = read_one();
-		pthread_mutex_lock(&gs_rx_mu);
-		gs_reader_busy = 0;
-		if (rc != 0)
-			atomic_store(&gs_dead, 1);
-		pthread_cond_broadcast(&gs_rx_cv);
+		read_as_reader();
 	}
 	for (struct gs_waiter **p = &gs_waiters; *p != NULL; p = &(*p)->next) {
 		if (*p == &w) {
@@ -213,14 +221,7 @@ void gs_poll(void)
 		pthread_mutex_unlock(&gs_rx_mu);
 		return;
 	}
-	gs_reader_busy = 1;
-	pthread_mutex_unlock(&gs_rx_mu);
-	int rc = read_one();
-	pthread_mutex_lock(&gs_rx_mu);
-	gs_reader_busy = 0;
-	if (rc != 0)
-		atomic_store(&gs_dead, 1);
-	pthread_cond_broadcast(&gs_rx_cv);
+	read_as_reader();
 	pthread_mutex_unlock(&gs_rx_mu);
 }
 
