@@ -1,10 +1,8 @@
 package sim
 
 import (
-	"cmp"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 )
 
@@ -38,12 +36,16 @@ type Device struct {
 	clockRel   float64
 	power      float64
 	powerLimit float64
-	smAct      float64 // SMs held / SMs
-	running    []*op
-	spare      []*op // scratch buffers reused by schedule
-	kern       []*op
+	smAct      float64 // SMs holding blocks / SMs
+	sms        []smState
+	res        []*residency // every residency on the SMs (blocks.go)
+	seqN       uint64       // the block scheduler's queue order
+	switchEnd  float64      // a context switch is under way until then
+	running    []*op        // kernels the active group may run, and copies in flight
+	kern       []*op        // scratch buffers reused by schedule
 	h2d, d2h   []*op
 	d2d        []*op
+	cand       []slot
 	touched    []*Client // scratch for progress
 
 	hung bool
@@ -78,6 +80,7 @@ type sample struct {
 
 func newDevice(s *Sim, i int, p Profile) *Device {
 	return &Device{s: s, index: i, p: p, clockRel: 1, power: p.IdlePowerW, powerLimit: p.PowerLimitW,
+		sms:     make([]smState, p.SMs),
 		uuid:    fmt.Sprintf("GPU-5e9d0000-%04x-4000-8000-%012x", i, 0x6a5e0000+i),
 		nextPtr: 0x7f0000000000 + uint64(i)<<36, wake: make(chan struct{}, 1)}
 }
@@ -263,10 +266,11 @@ func (d *Device) pop(st *Stream) {
 	d.dirty = true
 }
 
-// schedule picks the active group and gives every running operation its
-// SMs and rate; lock held.
+// schedule picks the active group, hands free SM room to its kernels and
+// sets every running operation's rate; lock held.
 func (d *Device) schedule() {
 	d.dirty = false
+	d.removeRes(func(r *residency) bool { return r.k.dropped })
 	// time slicing between the groups that have kernels to run (at the top
 	// priority present; a higher-priority arrival preempts at once)
 	withWork := d.contenders()
@@ -289,10 +293,6 @@ func (d *Device) schedule() {
 	} else {
 		d.sliceSet = false
 	}
-	// the previous running set keeps its allocations until admit has read
-	// them; two buffers alternate to avoid allocating
-	prev := d.running
-	d.running, d.spare = d.spare[:0], prev
 	kern, h2d, d2h, d2d := d.kern[:0], d.h2d[:0], d.d2h[:0], d.d2d[:0]
 	defer func() { d.kern, d.h2d, d.d2h, d.d2d = kern, h2d, d2h, d2d }()
 	for _, g := range d.groups {
@@ -308,6 +308,10 @@ func (d *Device) schedule() {
 				switch o.kind {
 				case opKernel:
 					if g == d.active {
+						if o.seq == 0 {
+							d.seqN++
+							o.seq = d.seqN
+						}
 						kern = append(kern, o)
 					}
 				case opCopyH2D:
@@ -320,61 +324,26 @@ func (d *Device) schedule() {
 			}
 		}
 	}
-	d.admit(kern)
-	for _, o := range prev {
-		o.alloc, o.rate = 0, 0
+	if !d.switching() {
+		d.dispatch(kern)
 	}
-	// max-min fair share of SMs, each kernel capped by its need and its
-	// context's active-thread limit
-	slices.SortFunc(kern, func(a, b *op) int { return cmp.Compare(d.demand(a), d.demand(b)) })
-	left := float64(d.p.SMs)
-	for i, o := range kern {
-		share := left / float64(len(kern)-i)
-		o.alloc = math.Min(d.demand(o), share)
-		left -= o.alloc
-	}
-	// a context with several streams may not exceed its cap in total
-	for _, o := range kern {
-		o.ctx.held = 0
-	}
-	for _, o := range kern {
-		o.ctx.held += o.alloc
-	}
-	for _, o := range kern {
-		if x := o.ctx; x.held > x.smCap {
-			o.alloc *= x.smCap / x.held
+	// power governor: dynamic power grows with SM activity and clock; above
+	// the limit the clock drops until the draw fits. The clock chosen for the
+	// SMs held now stands until the next schedule.
+	busySMs := 0
+	for i := range d.sms {
+		if len(d.sms[i].res) > 0 {
+			busySMs++
 		}
 	}
-	total := 0.0
-	for _, o := range kern {
-		total += o.alloc
-	}
-	d.smAct = total / float64(d.p.SMs)
-	// power governor: dynamic power grows with SM activity and clock; above
-	// the limit the clock drops until the draw fits
+	d.smAct = float64(busySMs) / float64(d.p.SMs)
 	dyn := (d.p.FullLoadPowerW - d.p.IdlePowerW) * d.smAct
 	d.clockRel = 1
 	if dyn > 0 && d.p.IdlePowerW+dyn > d.powerLimit {
 		d.clockRel = math.Max(float64(d.p.MinSMClockMHz)/float64(d.p.MaxSMClockMHz), (d.powerLimit-d.p.IdlePowerW)/dyn)
 	}
 	d.power = d.p.IdlePowerW + dyn*d.clockRel
-	bwDemand := 0.0
-	for _, o := range kern {
-		o.rate = o.alloc / float64(o.sReq) * d.clockRel
-		bwDemand += o.bw * o.rate
-	}
-	for _, o := range d2d {
-		o.rate = 1
-		bwDemand += 1
-	}
-	if bwDemand > 1 {
-		for _, o := range kern {
-			o.rate /= bwDemand
-		}
-		for _, o := range d2d {
-			o.rate /= bwDemand
-		}
-	}
+	d.rates(kern, d2d)
 	for _, o := range h2d {
 		o.rate = 1 / float64(len(h2d))
 	}
@@ -382,60 +351,22 @@ func (d *Device) schedule() {
 		o.rate = 1 / float64(len(d2h))
 	}
 	if d.hung {
-		for _, o := range kern {
-			o.rate = 0
-		}
 		for _, o := range d2d {
 			o.rate = 0
 		}
 	}
-	d.running = append(d.running, kern...)
+	d.running = append(d.running[:0], kern...)
 	d.running = append(d.running, h2d...)
 	d.running = append(d.running, d2h...)
 	d.running = append(d.running, d2d...)
 }
 
-func (d *Device) ctxOf(o *op) *Context { return o.ctx }
+// switching: a context switch is saving and restoring SM state; no block runs.
+func (d *Device) switching() bool { return d.t < d.switchEnd }
 
-func (d *Device) demand(o *op) float64 {
-	w := math.Min(float64(o.sReq), d.ctxOf(o).smCap)
-	if d.t < o.joinAt {
-		w = math.Min(w, o.freeCap)
-	}
-	return w
-}
-
-// admit handles kernels that start now. The block scheduler hands a new
-// kernel only SMs that are free; SMs held by running kernels come free as
-// their resident blocks finish, on average half a block time later. Until
-// then (joinAt) the newcomer runs on the free SMs alone. This is why an
-// uncapped neighbour delays a small online kernel under MPS, and a capped
-// one (leaving SMs free) does not.
-func (d *Device) admit(kern []*op) {
-	busy, block := 0.0, 0.0
-	for _, o := range kern {
-		if o.started {
-			busy += o.alloc
-			if o.alloc > 0 && o.rate > 0 {
-				// a block takes longer when the kernel runs slowed down
-				block = math.Max(block, o.blockNs*(o.alloc/float64(o.sReq))/o.rate)
-			}
-		}
-	}
-	for _, o := range kern {
-		if o.started {
-			continue
-		}
-		o.started = true
-		want := math.Min(float64(o.sReq), d.ctxOf(o).smCap)
-		free := math.Max(0, float64(d.p.SMs)-busy)
-		if free >= want || block == 0 {
-			busy += want
-			continue
-		}
-		o.freeCap, o.joinAt = free, d.t+block/2
-		busy += free
-	}
+// launching: kernel k is paying its fixed launch cost (it runs, on no SM).
+func (d *Device) launching(k *op) bool {
+	return k.kind == opKernel && k.fixedLeft > 0 && !d.switching() && !d.hung
 }
 
 func (d *Device) nextGroup(withWork []*group) *group {
@@ -460,24 +391,46 @@ func (d *Device) nextGroup(withWork []*group) *group {
 	return withWork[0]
 }
 
+// switchTo gives the GPU to group g. Leaving another group costs a context
+// switch: its resident blocks are saved (they resume where they were when it
+// gets the GPU back) and nothing runs for the profile's CtxSwitchNs.
 func (d *Device) switchTo(g *group) {
-	if g != d.active {
-		d.active = g
-		d.since = d.t
-		d.sliceSet = false
+	if g == d.active {
+		return
+	}
+	if d.active != nil {
+		d.save(d.active)
+		d.switchEnd = d.t + d.p.CtxSwitchNs
+	}
+	d.active = g
+	d.since = d.t
+	d.sliceSet = false
+	if g != nil && !d.switching() {
+		d.restore(g)
 	}
 }
 
-// nextEvent is the model time of the next completion or slice end.
+// nextEvent is the model time of the next completion, slice end or end of a
+// context switch.
 func (d *Device) nextEvent() float64 {
 	tn := math.Inf(1)
+	for _, r := range d.res {
+		if r.rate > 0 {
+			tn = math.Min(tn, d.t+math.Max(0, r.rem)/r.rate)
+		}
+	}
 	for _, o := range d.running {
-		if o.rate > 0 {
-			tn = math.Min(tn, d.t+math.Max(0, o.rem)/o.rate)
+		switch {
+		case o.kind != opKernel:
+			if o.rate > 0 {
+				tn = math.Min(tn, d.t+math.Max(0, o.rem)/o.rate)
+			}
+		case d.launching(o):
+			tn = math.Min(tn, d.t+o.fixedLeft/d.clockRel)
 		}
-		if o.joinAt > d.t {
-			tn = math.Min(tn, o.joinAt)
-		}
+	}
+	if d.switching() {
+		tn = math.Min(tn, d.switchEnd)
 	}
 	if d.sliceSet && !d.hung && !d.dirty {
 		tn = math.Min(tn, d.sliceEnd)
@@ -490,20 +443,30 @@ func (d *Device) progress(dt float64) {
 	if dt <= 0 {
 		return
 	}
-	busy := false
 	s := d.s
 	s.markGen++
 	touched := d.touched[:0]
+	busy := len(d.res) > 0
+	for _, r := range d.res {
+		r.rem -= r.rate * dt
+	}
 	for _, o := range d.running {
-		o.rem -= o.rate * dt
-		if o.kind == opKernel && o.alloc > 0 {
+		if o.kind != opKernel {
+			o.rem -= o.rate * dt
+			continue
+		}
+		launching := d.launching(o)
+		if launching {
+			o.fixedLeft -= d.clockRel * dt
 			busy = true
+		}
+		if o.smsHeld > 0 || launching {
 			c := o.client
 			if c.mark != s.markGen {
 				c.mark, c.accSM = s.markGen, 0
 				touched = append(touched, c)
 			}
-			c.accSM += o.alloc
+			c.accSM += float64(o.smsHeld)
 		}
 	}
 	if busy {
@@ -518,28 +481,48 @@ func (d *Device) progress(dt float64) {
 	d.energyJ += d.power * dt / 1e9
 }
 
-// completeDue pops finished operations, lets waiting kernels take their
-// share, and ends an expired slice.
+// completeDue retires finished blocks and operations, ends an expired slice
+// and a finished context switch.
 func (d *Device) completeDue() {
+	n := len(d.res)
+	d.removeRes(func(r *residency) bool { return r.rate > 0 && r.rem <= 1e-3 })
+	if len(d.res) != n {
+		d.dirty = true
+	}
 	for _, o := range d.running {
-		if o.joinAt != 0 && o.joinAt <= d.t {
-			o.joinAt = 0
+		if o.kind == opKernel && o.fixedLeft > 0 && o.fixedLeft <= 1e-3 {
+			o.fixedLeft = 0
 			d.dirty = true
 		}
 	}
 	for _, g := range d.groups {
 		for _, x := range g.ctxs {
 			for _, st := range x.slist {
-				if len(st.q) > 0 {
-					o := st.q[0]
-					if o.kind != opMarker && o.kind != opWait && o.rate > 0 && o.rem <= 1e-3 {
+				if len(st.q) == 0 {
+					continue
+				}
+				switch o := st.q[0]; o.kind {
+				case opKernel:
+					if o.seq != 0 && o.pending == 0 && o.resident == 0 && o.fixedLeft <= 0 && o.saved == nil {
+						d.pop(st)
+					}
+				case opMarker, opWait:
+				default:
+					if o.rate > 0 && o.rem <= 1e-3 {
 						d.pop(st)
 					}
 				}
 			}
 		}
 	}
-	if d.sliceSet && !d.hung && d.t >= d.sliceEnd {
+	if d.switchEnd > 0 && d.t >= d.switchEnd {
+		d.switchEnd = 0
+		if d.active != nil {
+			d.restore(d.active)
+		}
+		d.dirty = true
+	}
+	if d.sliceSet && !d.hung && !d.switching() && d.t >= d.sliceEnd {
 		d.switchTo(d.nextGroup(d.contenders()))
 		d.dirty = true
 	}

@@ -15,13 +15,17 @@ import (
 //	# name        cost of one wave of blocks on one SM, bandwidth share, ...
 //	func gemm     block_us=40 bw=0.3
 //	func softmax  block_us=4  bw=0.8 blocks_per_sm=4 fixed_us=2
+//	func conv     block_us=30 bw=0.4 regs=64 smem=49152
 //
-// block_us is how long one SM takes to run the blocks it holds at once
-// (blocks_per_sm of them, by default as many as its thread budget allows);
-// bw is the fraction of the device's memory bandwidth the kernel uses while it
-// runs at full speed; fixed_us is a per-launch cost that does not shrink with
-// more SMs. Any other image (a real cubin or fatbin) is accepted and every
-// function in it gets DefaultFunction's cost.
+// block_us is how long one block takes on an SM that its kernel's blocks
+// alone fill (a full wave of resident blocks finishes in block_us); bw is the
+// fraction of the device's memory bandwidth the kernel uses while it runs at
+// full speed; regs (registers per thread, default 32) and smem (shared memory
+// per block, bytes, default 0) decide, with the threads per block, how many
+// blocks fit on an SM, alone or beside other kernels' blocks; blocks_per_sm
+// overrides that count for the kernel itself; fixed_us is a per-launch cost
+// that does not shrink with more SMs. Any other image (a real cubin or fatbin)
+// is accepted and every function in it gets DefaultFunction's cost.
 const ModuleMagic = "gpusim-module"
 
 // Function is the declared cost of one kernel.
@@ -31,7 +35,13 @@ type Function struct {
 	BW          float64 // memory-bandwidth intensity in [0,1]
 	BlocksPerSM int     // resident blocks per SM; 0 = derived from threads per block
 	FixedNs     float64 // per-launch cost independent of SM count
+	Regs        int     // registers per thread; 0 = DefaultRegs
+	SmemBytes   int     // static shared memory per block
 }
+
+// DefaultRegs is the register count per thread of a function that does not
+// declare one (a common figure for compiled DL kernels).
+const DefaultRegs = 32
 
 // DefaultFunction is the cost given to functions of images that are not gpusim
 // modules.
@@ -96,6 +106,16 @@ func ParseModule(data []byte) (*Module, error) {
 				fn.BlocksPerSM = int(x)
 			case "fixed_us":
 				fn.FixedNs = x * 1000
+			case "regs":
+				if x < 1 || x > 255 || x != float64(int(x)) {
+					return nil, fmt.Errorf("module line %d: regs must be an integer in [1,255]", line)
+				}
+				fn.Regs = int(x)
+			case "smem":
+				if x > 256<<10 || x != float64(int(x)) {
+					return nil, fmt.Errorf("module line %d: smem must be a whole number of bytes up to 256 KiB", line)
+				}
+				fn.SmemBytes = int(x)
 			default:
 				return nil, fmt.Errorf("module line %d: unknown key %q", line, k)
 			}
@@ -122,25 +142,47 @@ func (m *Module) Lookup(name string) (Function, bool) {
 	return f, ok
 }
 
-// kernelCost turns a launch into the SMs it can use and its nominal duration
-// on those SMs at max clock, without contention.
-func kernelCost(p *Profile, f Function, grid, block [3]uint32) (sReq int, nominalNs float64, err error) {
-	blocks := float64(grid[0]) * float64(grid[1]) * float64(grid[2])
+// shape is what the block scheduler needs to know about one launch.
+type shape struct {
+	blocks  int     // grid size
+	bps     int     // blocks of this kernel that fit on an empty SM
+	threads int     // per block
+	regs    int     // per block
+	smem    int     // per block
+	nominal float64 // ns alone on an idle GPU at max clock (for tests and docs)
+}
+
+// kernelShape works out a launch's per-block resources and how many of its
+// blocks an SM holds: the least of the thread, register, shared-memory and
+// block limits (CUDA's occupancy rules), or the function's declared
+// blocks_per_sm, which then also reserves that share of the SM's registers
+// so that other kernels' blocks see the SM as full as it is.
+func kernelShape(p *Profile, f Function, grid, block [3]uint32) (shape, error) {
+	blocks := uint64(grid[0]) * uint64(grid[1]) * uint64(grid[2])
 	threads := uint64(block[0]) * uint64(block[1]) * uint64(block[2])
-	if blocks == 0 || threads == 0 || threads > 1024 {
-		return 0, 0, fmt.Errorf("launch dims grid=%v block=%v out of range", grid, block)
+	if blocks == 0 || blocks > 1<<31 || threads == 0 || threads > 1024 {
+		return shape{}, fmt.Errorf("launch dims grid=%v block=%v out of range", grid, block)
 	}
-	bps := f.BlocksPerSM
-	if bps == 0 {
-		bps = p.MaxThreadsPerSM / int(threads)
+	sh := shape{blocks: int(blocks), threads: int(threads), smem: f.SmemBytes}
+	regs := f.Regs
+	if regs == 0 {
+		regs = DefaultRegs
 	}
-	bps = max(1, min(bps, p.MaxBlocksPerSM))
-	smNeed := blocks / float64(bps)
-	s := int(smNeed)
-	if float64(s) < smNeed {
-		s++
+	sh.regs = regs * sh.threads
+	if sh.regs > p.RegsPerSM || sh.smem > p.SmemPerSMBytes || sh.threads > p.MaxThreadsPerSM {
+		return shape{}, fmt.Errorf("a block of %d threads, %d registers and %d bytes of shared memory does not fit on an SM", sh.threads, sh.regs, sh.smem)
 	}
-	s = max(1, min(s, p.SMs))
-	waves := math.Max(1, smNeed/float64(s)) // a partial wave still takes a full block time
-	return s, f.FixedNs + waves*f.BlockNs, nil
+	bps := min(p.MaxBlocksPerSM, p.MaxThreadsPerSM/sh.threads, p.RegsPerSM/sh.regs)
+	if sh.smem > 0 {
+		bps = min(bps, p.SmemPerSMBytes/sh.smem)
+	}
+	if f.BlocksPerSM > 0 {
+		bps = min(f.BlocksPerSM, p.MaxBlocksPerSM)
+		sh.regs = max(sh.regs, p.RegsPerSM/bps)
+		sh.threads = min(sh.threads, p.MaxThreadsPerSM/bps)
+	}
+	sh.bps = max(1, bps)
+	waves := math.Ceil(float64(sh.blocks) / float64(sh.bps*p.SMs))
+	sh.nominal = f.FixedNs + waves*f.BlockNs
+	return sh, nil
 }

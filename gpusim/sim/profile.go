@@ -32,6 +32,13 @@ type Profile struct {
 	FullLoadPowerW  float64 // draw with every SM busy at max clock, if unthrottled
 	MaxThreadsPerSM int     // resident threads per SM
 	MaxBlocksPerSM  int     // resident blocks per SM
+	RegsPerSM       int     // 32-bit registers per SM
+	SmemPerSMBytes  int     // shared memory per SM available to blocks
+	// CtxSwitchNs is what the GPU loses when it switches between contexts
+	// that are not in one MPS server (a time-slice end or a priority
+	// preemption): the outgoing context's resident blocks are saved and the
+	// incoming one's restored, and no kernel runs meanwhile.
+	CtxSwitchNs float64
 	CCMajor         int     // compute capability
 	CCMinor         int
 	BusWidthBits    int // memory bus width
@@ -52,6 +59,7 @@ var profiles = map[string]Profile{
 		MaxSMClockMHz: 1980, BaseSMClockMHz: 1590, MinSMClockMHz: 345, MemClockMHz: 2619,
 		MemBandwidthGBs: 3350, PCIeGBs: 55, PowerLimitW: 700, IdlePowerW: 70, FullLoadPowerW: 665,
 		MaxThreadsPerSM: 2048, MaxBlocksPerSM: 32, CCMajor: 9, CCMinor: 0, BusWidthBits: 5120, L2Bytes: 50 << 20,
+		RegsPerSM: 65536, SmemPerSMBytes: 228 << 10, CtxSwitchNs: ctxSwitchNs,
 	},
 	// H200 SXM 141GB: H200 product brief (same GH100 die, 141 GB HBM3e,
 	// 4.8 TB/s, up to 700 W).
@@ -60,6 +68,7 @@ var profiles = map[string]Profile{
 		MaxSMClockMHz: 1980, BaseSMClockMHz: 1590, MinSMClockMHz: 345, MemClockMHz: 3201,
 		MemBandwidthGBs: 4800, PCIeGBs: 55, PowerLimitW: 700, IdlePowerW: 75, FullLoadPowerW: 665,
 		MaxThreadsPerSM: 2048, MaxBlocksPerSM: 32, CCMajor: 9, CCMinor: 0, BusWidthBits: 6144, L2Bytes: 50 << 20,
+		RegsPerSM: 65536, SmemPerSMBytes: 228 << 10, CtxSwitchNs: ctxSwitchNs,
 	},
 	// A100 SXM4 80GB: A100 datasheet / Ampere whitepaper (108 SMs, 80 GB HBM2e,
 	// 2039 GB/s, 400 W, boost 1410 MHz).
@@ -68,6 +77,7 @@ var profiles = map[string]Profile{
 		MaxSMClockMHz: 1410, BaseSMClockMHz: 1095, MinSMClockMHz: 210, MemClockMHz: 1593,
 		MemBandwidthGBs: 2039, PCIeGBs: 25, PowerLimitW: 400, IdlePowerW: 60, FullLoadPowerW: 380,
 		MaxThreadsPerSM: 2048, MaxBlocksPerSM: 32, CCMajor: 8, CCMinor: 0, BusWidthBits: 5120, L2Bytes: 40 << 20,
+		RegsPerSM: 65536, SmemPerSMBytes: 164 << 10, CtxSwitchNs: ctxSwitchNs,
 	},
 	// T4: T4 datasheet / Turing whitepaper (40 SMs, 16 GB GDDR6, 320 GB/s,
 	// 70 W, boost 1590 MHz, base 585 MHz). The T4 is known to run at its power
@@ -77,6 +87,7 @@ var profiles = map[string]Profile{
 		MaxSMClockMHz: 1590, BaseSMClockMHz: 585, MinSMClockMHz: 300, MemClockMHz: 5001,
 		MemBandwidthGBs: 320, PCIeGBs: 12, PowerLimitW: 70, IdlePowerW: 10, FullLoadPowerW: 80,
 		MaxThreadsPerSM: 1024, MaxBlocksPerSM: 16, CCMajor: 7, CCMinor: 5, BusWidthBits: 256, L2Bytes: 4 << 20,
+		RegsPerSM: 65536, SmemPerSMBytes: 64 << 10, CtxSwitchNs: ctxSwitchNs,
 	},
 }
 
@@ -113,8 +124,10 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %q: bandwidths must be positive", p.Name)
 	case p.PowerLimitW <= p.IdlePowerW || p.IdlePowerW < 0 || p.FullLoadPowerW <= p.IdlePowerW:
 		return fmt.Errorf("profile %q: power figures must satisfy 0 <= idle < limit and idle < full load", p.Name)
-	case p.MaxThreadsPerSM <= 0 || p.MaxBlocksPerSM <= 0:
+	case p.MaxThreadsPerSM <= 0 || p.MaxBlocksPerSM <= 0 || p.RegsPerSM <= 0 || p.SmemPerSMBytes < 0:
 		return fmt.Errorf("profile %q: per-SM limits must be positive", p.Name)
+	case p.CtxSwitchNs < 0:
+		return fmt.Errorf("profile %q: context switch cost must not be negative", p.Name)
 	}
 	return nil
 }

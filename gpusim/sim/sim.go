@@ -166,14 +166,14 @@ type Context struct {
 	c        *Client
 	dev      *Device
 	mps      *MPSServer // nil without MPS
-	smCap    float64    // SMs this context may hold (active-thread percentage)
+	smCap    int        // SMs this context's blocks may occupy at once (active-thread percentage)
 	atp      float64
 	memLimit uint64 // 0 = device memory only
 	memUsed  uint64
 	allocs   map[uint64]uint64
 	streams  map[uint32]*Stream
 	slist    []*Stream // the same streams, for the scheduler's loops
-	held     float64   // scratch: SMs its kernels hold (schedule)
+	smsHeld  int       // SMs holding at least one of its blocks (the MPS active-thread cap counts these)
 	priority int       // time-slicing priority (higher runs first)
 	err      Result    // sticky error
 	grp      *group
@@ -198,22 +198,26 @@ const (
 
 type op struct {
 	kind   opKind
-	rem    float64 // remaining nominal ns
-	sReq   int     // SMs the kernel can use
+	rem    float64 // copies: remaining nominal ns
 	bw     float64
 	ev     *Event
 	gen    uint64 // event generation recorded or awaited
-	alloc  float64
 	rate   float64
 	client *Client
 	ctx    *Context
-	// block-level admission (kernels only)
-	blockNs float64 // time of one block wave at full speed
-	started bool    // has been admitted to the SMs
-	joinAt  float64 // until then it may use only freeCap SMs
-	freeCap float64
+	// kernels: block-level execution (blocks.go)
+	sh        shape
+	blockNs   float64 // one block's time on an SM its kernel fills alone
+	fixedLeft float64 // launch cost still to pay before the first block runs
+	seq       uint64  // place in the block scheduler's queue; 0 = not yet queued
+	pending   int     // blocks not yet dispatched
+	resident  int     // blocks on SMs now
+	smsHeld   int     // SMs holding at least one of its blocks
+	saved     []savedBlocks
+	bwUse     float64 // scratch (rates): bandwidth share it would use unhindered
+	memSlow   float64 // scratch (rates): how much memory contention stretches its blocks
+	dropped   bool // its stream was dropped (context fault or release)
 }
-
 // Stream is an in-order queue of operations.
 type Stream struct {
 	ID      uint32
@@ -299,7 +303,7 @@ func (c *Client) CreateContext(id uint32, dev int, defaultStream uint32, mpsPID 
 		}
 		srv.clients[c] = true
 	}
-	x.smCap = math.Max(1, math.Ceil(x.atp/100*float64(d.p.SMs)))
+	x.smCap = max(1, int(math.Ceil(x.atp/100*float64(d.p.SMs))))
 	d.advance(s.nowNs())
 	d.attach(x)
 	c.ctxs[id] = x
@@ -396,6 +400,9 @@ func (c *Client) dropStream(st *Stream, code Result) {
 	}
 	c.pending -= len(st.q)
 	st.done += uint64(len(st.q))
+	for _, o := range st.q {
+		o.dropped = true // the device frees its SMs at its next schedule
+	}
 	st.q = nil
 	w := st.waiters
 	st.waiters = nil
@@ -512,7 +519,10 @@ func (c *Client) enqueue(stream uint32, o *op) Result {
 	st.enq++
 	c.pending++
 	if len(st.q) == 1 {
+		// it starts now, in model time, not when the device goroutine next
+		// wakes up
 		d.dirty = true
+		d.advance(d.t)
 		d.kick()
 	}
 	return Success
@@ -530,11 +540,11 @@ func (c *Client) Launch(stream, fn uint32, grid, block [3]uint32) Result {
 	if !ok {
 		return ErrInvalidHandle
 	}
-	sReq, ns, err := kernelCost(&st.ctx.dev.p, f, grid, block)
+	sh, err := kernelShape(&st.ctx.dev.p, f, grid, block)
 	if err != nil {
 		return ErrInvalidValue
 	}
-	r := c.enqueue(stream, &op{kind: opKernel, rem: ns, sReq: sReq, bw: f.BW, blockNs: f.BlockNs})
+	r := c.enqueue(stream, &op{kind: opKernel, sh: sh, pending: sh.blocks, bw: f.BW, blockNs: f.BlockNs, fixedLeft: f.FixedNs})
 	if r == Success {
 		c.stats[st.ctx.dev.index].Launches++
 	}

@@ -91,33 +91,37 @@ func near(got, want time.Duration, tol float64) bool {
 	return math.Abs(float64(got-want)) <= tol*float64(want)
 }
 
-func TestKernelCost(t *testing.T) {
+func TestKernelShape(t *testing.T) {
 	p, _ := LookupProfile("h100")
 	tests := []struct {
 		name     string
 		f        Function
 		grid     uint32
 		threads  uint32
-		wantSMs  int
+		wantBPS  int
 		wantNs   float64
 		wantFail bool
 	}{
-		{"fills gpu", Function{BlockNs: 1000}, 132 * 8, 256, 132, 1000, false},
-		{"two waves", Function{BlockNs: 1000}, 2 * 132 * 8, 256, 132, 2000, false},
-		{"small kernel", Function{BlockNs: 1000}, 16, 256, 2, 1000, false},
-		{"one block", Function{BlockNs: 1000, FixedNs: 500}, 1, 1024, 1, 1500, false},
-		{"declared blocks per sm", Function{BlockNs: 1000, BlocksPerSM: 1}, 66, 32, 66, 1000, false},
+		{"fills gpu", Function{BlockNs: 1000}, 132 * 8, 256, 8, 1000, false},
+		{"two waves", Function{BlockNs: 1000}, 2 * 132 * 8, 256, 8, 2000, false},
+		{"a partial wave takes a whole block time", Function{BlockNs: 1000}, 132*8 + 1, 256, 8, 2000, false},
+		{"small kernel", Function{BlockNs: 1000}, 16, 256, 8, 1000, false},
+		{"one block", Function{BlockNs: 1000, FixedNs: 500}, 1, 1024, 2, 1500, false},
+		{"registers limit", Function{BlockNs: 1000, Regs: 128}, 1, 256, 2, 1000, false},
+		{"shared memory limits", Function{BlockNs: 1000, SmemBytes: 100 << 10}, 1, 128, 2, 1000, false},
+		{"declared blocks per sm", Function{BlockNs: 1000, BlocksPerSM: 1}, 66, 32, 1, 1000, false},
 		{"too many threads", Function{BlockNs: 1000}, 1, 2048, 0, 0, true},
+		{"too many registers", Function{BlockNs: 1000, Regs: 255}, 1, 1024, 0, 0, true},
 		{"empty grid", Function{BlockNs: 1000}, 0, 256, 0, 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, ns, err := kernelCost(&p, tc.f, [3]uint32{tc.grid, 1, 1}, [3]uint32{tc.threads, 1, 1})
+			sh, err := kernelShape(&p, tc.f, [3]uint32{tc.grid, 1, 1}, [3]uint32{tc.threads, 1, 1})
 			if (err != nil) != tc.wantFail {
 				t.Fatalf("err = %v, want failure %v", err, tc.wantFail)
 			}
-			if s != tc.wantSMs || math.Abs(ns-tc.wantNs) > 1e-6 {
-				t.Errorf("got %d SMs %.0f ns, want %d SMs %.0f ns", s, ns, tc.wantSMs, tc.wantNs)
+			if sh.bps != tc.wantBPS || math.Abs(sh.nominal-tc.wantNs) > 1e-6 {
+				t.Errorf("got %d blocks/SM %.0f ns, want %d blocks/SM %.0f ns", sh.bps, sh.nominal, tc.wantBPS, tc.wantNs)
 			}
 		})
 	}
@@ -332,8 +336,10 @@ func TestStatsAgreeWithWork(t *testing.T) {
 	if math.Abs(st.BusyNs-30e6) > 3e6 {
 		t.Errorf("busy = %.1fms, want about 30ms", st.BusyNs/1e6)
 	}
-	if math.Abs(st.SMNs/st.BusyNs/132-0.5) > 0.02 {
-		t.Errorf("SM activity while busy = %.2f, want 0.5", st.SMNs/st.BusyNs/132)
+	// blocks do not finish in lock step (jitter classes): in each wave's tail
+	// some of the 66 SMs are already idle
+	if a := st.SMNs / st.BusyNs / 132; a < 0.45 || a > 0.5 {
+		t.Errorf("SM activity while busy = %.2f, want 0.47 (0.5 less the wave tails)", a)
 	}
 	if len(st.Processes) != 1 || st.Processes[0].PID != 7 || st.Processes[0].Launches != 30 {
 		t.Errorf("processes = %+v, want pid 7 with 30 launches", st.Processes)
@@ -363,9 +369,10 @@ func TestPowerCapLowersClock(t *testing.T) {
 			st.SMClockMHz, st.MaxSMClockMHz, st.ClockReasons, st.PowerW)
 	}
 	p.sync(t)
-	// the clock factor is (400-70)/(665-70): kernels take 1/0.555 as long
+	// the clock factor is (400-70)/(665-70): kernels take 1/0.555 as long,
+	// a little less because the clock rises in each wave's tail
 	ms, _ := p.c.ElapsedMs(900, 901)
-	if want := 10 * (665.0 - 70) / (400 - 70); math.Abs(float64(ms)-want) > 0.03*want {
+	if want := 10 * (665.0 - 70) / (400 - 70); float64(ms) < 0.9*want || float64(ms) > 1.01*want {
 		t.Errorf("10 x 1ms kernels under the cap took %.2fms, want %.2fms", ms, want)
 	}
 	st, _ = s.Stats(0)
@@ -400,30 +407,33 @@ func TestNewcomerWaitsForBlocksUnlessSMsAreFree(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		atp      float64 // the busy neighbour's cap
-		want     time.Duration
+		lo, hi   time.Duration
 		describe string
 	}{
-		{"uncapped neighbour", 0, 1500 * time.Microsecond, "half a 1ms block of wait, then 1ms"},
-		{"neighbour capped at 70%", 70, 1000 * time.Microsecond, "39 SMs were free: no wait"},
+		// the neighbour (4 waves of 0.88-1ms blocks, launched just before)
+		// keeps every SM that frees up until its last blocks are placed
+		// (4224 blocks at 1124 a ms on 1056 slots: at 2.8ms); the newcomer
+		// then takes SMs as the neighbour's last blocks retire and runs 1ms.
+		// It must not wait for the neighbour's whole kernel (5ms).
+		{"uncapped neighbour", 0, 3300 * time.Microsecond, 4500 * time.Microsecond, "wait for the neighbour's last blocks to be placed, then 1ms"},
+		{"neighbour capped at 70%", 70, 950 * time.Microsecond, 1050 * time.Microsecond, "39 SMs were free: no wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// a descheduled test goroutine can only add time: keep the best
-			// of three tries
-			best := time.Hour
+			// a descheduled test goroutine can only add time (between the
+			// event and the launch): keep the best of three tries
+			got := time.Hour
 			for try := 0; try < 3; try++ {
 				s := newTestSim(t, "h100")
 				if err := s.RegisterServer(999, 0, 100, nil); err != nil {
 					t.Fatal(err)
 				}
 				busy, online := newProc(t, s, 1, 999, tc.atp), newProc(t, s, 2, 999, 0)
-				// 20 waves of 1ms blocks over the whole GPU
-				busy.c.Launch(busy.st, 10, [3]uint32{132 * 8 * 20, 1, 1}, [3]uint32{256, 1, 1})
-				time.Sleep(2 * time.Millisecond)
-				best = min(best, online.run(t, 11, 33, 1)) // 33 SMs for 1ms
+				busy.c.Launch(busy.st, 10, [3]uint32{132 * 8 * 4, 1, 1}, [3]uint32{256, 1, 1})
+				got = min(got, online.run(t, 10, 33*8, 1)) // 264 blocks: 33 SMs for 1ms
 				s.Close()
 			}
-			if best < tc.want*97/100 || best > tc.want+150*time.Microsecond {
-				t.Errorf("online kernel took %v, want %v (%s)", best, tc.want, tc.describe)
+			if got < tc.lo || got > tc.hi {
+				t.Errorf("online kernel took %v, want %v..%v (%s)", got, tc.lo, tc.hi, tc.describe)
 			}
 		})
 	}
