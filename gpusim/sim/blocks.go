@@ -93,8 +93,8 @@ func (s *smState) holdsKernel(k *op) bool {
 	return false
 }
 
-// place puts n blocks of k on SM i with rem ns of work each; lock held.
-func (d *Device) place(i, n int, k *op, rem float64) {
+// put puts n blocks of k on SM i with rem ns of work each; lock held.
+func (d *Device) put(i, n int, k *op, rem float64) {
 	s := &d.sms[i]
 	if !s.holdsKernel(k) {
 		k.smsHeld++
@@ -162,69 +162,102 @@ func blockWork(k *op, i int) float64 {
 	return k.blockNs * (1 - jitterStep*float64(jitterClasses-1-i%jitterClasses))
 }
 
-// dispatch hands free SM room to kernels in queue order; lock held. Blocks
-// are spread over the SMs with the most room first (one block per SM per
-// round, as the hardware distributes them), and a context never holds more
-// SMs than its active-thread percentage allows.
+// dispatch hands free SM room to kernels; lock held. Within one context
+// kernels are served in queue order, a later one getting only what earlier
+// ones cannot use (the leftover policy). Between contexts — MPS clients — the
+// free room is split evenly among their oldest waiting kernels first, then
+// what is left goes in queue order. Blocks are spread over the SMs with the
+// most room first, as the hardware distributes them, and a context never
+// holds more SMs than its active-thread percentage allows.
 func (d *Device) dispatch(kern []*op) {
 	slices.SortFunc(kern, func(a, b *op) int { return cmp.Compare(a.seq, b.seq) })
+	heads := d.heads[:0]
+	defer func() { d.heads = heads[:0] }()
+	freeThreads := 0
+	for i := range d.sms {
+		freeThreads += d.p.MaxThreadsPerSM - d.sms[i].threads
+	}
+	if freeThreads == 0 {
+		return
+	}
+	for _, k := range kern {
+		if k.ready() && !slices.ContainsFunc(heads, func(h *op) bool { return h.ctx == k.ctx }) {
+			heads = append(heads, k)
+		}
+	}
+	if len(heads) > 1 {
+		for _, k := range heads {
+			d.place(k, freeThreads/len(heads)/k.sh.threads)
+		}
+	}
+	for _, k := range kern {
+		if k.ready() {
+			d.place(k, k.pending)
+		}
+	}
+}
+
+// ready: k has blocks to place and may place them now.
+func (k *op) ready() bool { return k.pending > 0 && k.fixedLeft <= 0 && k.saved == nil }
+
+// place puts up to quota of k's pending blocks on the SMs; lock held.
+func (d *Device) place(k *op, quota int) {
+	quota = min(quota, k.pending)
+	if quota <= 0 {
+		return
+	}
 	p := &d.p
+	x := k.ctx
 	cand := d.cand[:0]
 	defer func() { d.cand = cand[:0] }()
-	for _, k := range kern {
-		if k.pending == 0 || k.fixedLeft > 0 || k.saved != nil {
-			continue
+	for i := range d.sms {
+		if n := d.sms[i].fits(k, p); n > 0 {
+			cand = append(cand, slot{i, n, d.sms[i].holdsCtx(x)})
 		}
-		x := k.ctx
-		cand = cand[:0]
-		for i := range d.sms {
-			if n := d.sms[i].fits(k, p); n > 0 {
-				cand = append(cand, slot{i, n, d.sms[i].holdsCtx(x)})
+	}
+	if len(cand) == 0 {
+		return
+	}
+	// SMs the context already holds first (they do not count against its
+	// cap again), then the emptiest
+	slices.SortStableFunc(cand, func(a, b slot) int {
+		if a.held != b.held {
+			if a.held {
+				return -1
 			}
+			return 1
 		}
-		if len(cand) == 0 {
-			continue
-		}
-		// SMs the context already holds first (they do not count against its
-		// cap again), then the emptiest
-		slices.SortStableFunc(cand, func(a, b slot) int {
-			if a.held != b.held {
-				if a.held {
-					return -1
-				}
-				return 1
+		return cmp.Compare(d.sms[a.i].threads, d.sms[b.i].threads)
+	})
+	newSMs := x.smCap - x.smsHeld
+	n := 0
+	for _, c := range cand {
+		if c.held || newSMs > 0 {
+			if !c.held {
+				newSMs--
 			}
-			return cmp.Compare(d.sms[a.i].threads, d.sms[b.i].threads)
-		})
-		newSMs := x.smCap - x.smsHeld
-		n := 0
+			cand[n] = c
+			n++
+		}
+	}
+	cand = cand[:n]
+	// spread: every SM gets an equal part of what is left, up to its room
+	for quota > 0 && len(cand) > 0 {
+		share := (quota + len(cand) - 1) / len(cand)
+		keep := cand[:0]
 		for _, c := range cand {
-			if c.held || newSMs > 0 {
-				if !c.held {
-					newSMs--
-				}
-				cand[n] = c
-				n++
+			m := min(share, c.room, quota)
+			if m == 0 {
+				break
+			}
+			quota -= m
+			k.pending -= m
+			d.put(c.i, m, k, blockWork(k, c.i))
+			if c.room -= m; c.room > 0 {
+				keep = append(keep, c)
 			}
 		}
-		cand = cand[:n]
-		// spread: every SM gets an equal part of what is left, up to its room
-		for k.pending > 0 && len(cand) > 0 {
-			share := (k.pending + len(cand) - 1) / len(cand)
-			keep := cand[:0]
-			for _, c := range cand {
-				m := min(share, c.room, k.pending)
-				if m == 0 {
-					break
-				}
-				k.pending -= m
-				d.place(c.i, m, k, blockWork(k, c.i))
-				if c.room -= m; c.room > 0 {
-					keep = append(keep, c)
-				}
-			}
-			cand = keep
-		}
+		cand = keep
 	}
 }
 
@@ -256,7 +289,7 @@ func (d *Device) restore(g *group) {
 			}
 			k := st.q[0]
 			for _, b := range k.saved {
-				d.place(b.sm, b.n, k, b.rem)
+				d.put(b.sm, b.n, k, b.rem)
 			}
 			k.saved = nil
 		}

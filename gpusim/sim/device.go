@@ -46,6 +46,7 @@ type Device struct {
 	h2d, d2h   []*op
 	d2d        []*op
 	cand       []slot
+	heads      []*op
 	touched    []*Client // scratch for progress
 
 	hung bool

@@ -303,7 +303,7 @@ func (c *Client) CreateContext(id uint32, dev int, defaultStream uint32, mpsPID 
 		}
 		srv.clients[c] = true
 	}
-	x.smCap = max(1, int(math.Ceil(x.atp/100*float64(d.p.SMs))))
+	x.smCap = smCap(x.atp, d.p.SMs)
 	d.advance(s.nowNs())
 	d.attach(x)
 	c.ctxs[id] = x
@@ -312,6 +312,16 @@ func (c *Client) CreateContext(id uint32, dev int, defaultStream uint32, mpsPID 
 	x.slist = append(x.slist, st)
 	c.streams[defaultStream] = st
 	return Success
+}
+
+// smCap is how many SMs an active-thread percentage allows: MPS hands out
+// whole TPCs (pairs of SMs), rounding down — 50% of an 82-SM GPU is 40 SMs,
+// not 41 (docs/gpusim-calibration.md, elvinger_atp_tpc) — and at least one TPC.
+func smCap(atp float64, sms int) int {
+	if atp >= 100 {
+		return sms
+	}
+	return max(2, 2*int(math.Floor(atp/100*float64(sms)/2)))
 }
 
 // SetPriority sets a context's time-slicing priority (-1 low, 0 normal,

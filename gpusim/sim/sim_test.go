@@ -222,13 +222,13 @@ func TestActiveThreadCap(t *testing.T) {
 	}
 	p := newProc(t, s, 1, 999, 30)
 	got := p.run(t, 10, 132*8, 6)
-	want := time.Duration(float64(6*time.Millisecond) * 132 / math.Ceil(0.3*132))
+	want := 6 * time.Millisecond * 132 / 38
 	if !near(got, want, 0.25) {
 		t.Errorf("capped at 30%% alone: took %v, want about %v", got, want)
 	}
 	_, smCap, _, _ := p.c.ContextInfo(1)
-	if smCap != 40 {
-		t.Errorf("SM cap = %d, want 40", smCap)
+	if smCap != 38 {
+		t.Errorf("SM cap = %d, want 38 (30%% of 132 SMs in whole TPCs)", smCap)
 	}
 }
 
@@ -411,12 +411,12 @@ func TestNewcomerWaitsForBlocksUnlessSMsAreFree(t *testing.T) {
 		describe string
 	}{
 		// the neighbour (4 waves of 0.88-1ms blocks, launched just before)
-		// keeps every SM that frees up until its last blocks are placed
-		// (4224 blocks at 1124 a ms on 1056 slots: at 2.8ms); the newcomer
-		// then takes SMs as the neighbour's last blocks retire and runs 1ms.
-		// It must not wait for the neighbour's whole kernel (5ms).
-		{"uncapped neighbour", 0, 3300 * time.Microsecond, 4500 * time.Microsecond, "wait for the neighbour's last blocks to be placed, then 1ms"},
-		{"neighbour capped at 70%", 70, 950 * time.Microsecond, 1050 * time.Microsecond, "39 SMs were free: no wait"},
+		// holds every SM; MPS clients share the room that frees up, so the
+		// newcomer waits for the first of the neighbour's blocks to retire
+		// (0.88ms), not for its last wave (2.8ms and more), then runs 1ms on
+		// what it gets
+		{"uncapped neighbour", 0, 1500 * time.Microsecond, 2200 * time.Microsecond, "wait for the neighbour's first blocks to retire, then about 1ms"},
+		{"neighbour capped at 70%", 70, 950 * time.Microsecond, 1050 * time.Microsecond, "40 SMs were free: no wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// a descheduled test goroutine can only add time (between the
