@@ -1,7 +1,15 @@
 /* infer — an online inference service stand-in. Requests arrive open-loop
  * from a rate trace (constant, diurnal, bursty or a CSV); each request copies
  * its input in, runs a sequence of kernels, copies its output out, and is
- * done when its stream synchronises. Latency counts queueing. Prints JSON. */
+ * done when its stream synchronises. One server, first come first served:
+ * a request that arrives while another runs waits. Prints JSON with three
+ * latencies per request:
+ *   req_*  arrival to completion, queueing included, rebuilt from the
+ *          scheduled arrivals and the GPU-side service times (free of this
+ *          host's scheduling noise) — the figure a user of the service feels;
+ *   gpu_*  GPU-side service time alone (events around the request);
+ *   p*_ms  arrival to completion by the host's wall clock (queueing and host
+ *          delays included). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,12 +150,28 @@ static double next_arrival(const struct trace *t, double x, int poisson)
 	}
 }
 
+static double lat_mean(const struct latencies *l)
+{
+	double s = 0;
+	for (size_t i = 0; i < l->n; i++)
+		s += l->v[i];
+	return l->n ? s / (double)l->n : 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
 		"usage: infer [--rate constant:QPS|diurnal:MIN:MAX:PERIOD_S|bursty:BASE:PEAK:ON_MS:PERIOD_MS|csv:FILE]\n"
 		"             [--duration S] [--kernels N] [--kernel-us U] [--grid BLOCKS] [--threads T] [--bw F]\n"
-		"             [--io-bytes B] [--device D] [--uniform] [--seed N] [--dlsym]\n");
+		"             [--io-bytes B] [--device D] [--uniform] [--seed N] [--dlsym] [--trace FILE]\n"
+		"Prints one JSON line. req_p50_ms..req_mean_ms: request latency from arrival to\n"
+		"completion, queueing included, rebuilt as a FIFO single-server queue from each\n"
+		"request's scheduled arrival a_i and GPU-side time g_i (events around it, waits for\n"
+		"SMs or time slices included): f_i = max(a_i, f_{i-1}) + g_i, latency f_i - a_i.\n"
+		"gpu_p50_ms..gpu_mean_ms: g_i alone. p50_ms..mean_ms: arrival to completion by the\n"
+		"host clock (includes host scheduling delays). --trace FILE writes one line per\n"
+		"completed request: start_s,latency_ms,gpu_ms,req_ms (scheduled arrival, host-clock\n"
+		"latency, GPU-side time, request latency).\n");
 }
 
 int main(int argc, char **argv)
@@ -155,6 +179,7 @@ int main(int argc, char **argv)
 	const char *rate = "constant:100";
 	double duration = 5, kernel_us = 250, bw = 0.3;
 	int kernels = 4, device = 0, poisson = 1, use_dlsym = 0;
+	const char *trace_path = NULL;
 	unsigned grid = 264, threads = 256;
 	uint64_t io = 64 << 10;
 	for (int i = 1; i < argc; i++) {
@@ -190,6 +215,8 @@ int main(int argc, char **argv)
 			ok = parse_bytes(v, &io) == 0;
 		else if (strcmp(a, "--device") == 0)
 			ok = sscanf(v, "%d", &device) == 1 && device >= 0;
+		else if (strcmp(a, "--trace") == 0)
+			trace_path = v;
 		else if (strcmp(a, "--seed") == 0)
 			ok = sscanf(v, "%lu", &rng) == 1 && rng != 0;
 		else
@@ -203,6 +230,14 @@ int main(int argc, char **argv)
 	struct trace tr;
 	if (parse_trace(&tr, rate) != 0)
 		return 2;
+	FILE *tf = NULL;
+	if (trace_path != NULL) {
+		if ((tf = fopen(trace_path, "w")) == NULL) {
+			fprintf(stderr, "infer: cannot create trace %s\n", trace_path);
+			return 2;
+		}
+		fprintf(tf, "start_s,latency_ms,gpu_ms,req_ms\n");
+	}
 
 	struct drv d;
 	if (drv_load(&d, use_dlsym) != 0)
@@ -236,6 +271,10 @@ int main(int argc, char **argv)
 		return 3;
 	}
 	struct latencies gpu = {0};
+	/* the queue rebuilt from scheduled arrivals and GPU-side service times:
+	 * free of host noise, yet a backlog shows as waiting */
+	struct latencies req = {0};
+	double finish = 0; /* when the previous request finished (s since t0) */
 
 	struct latencies lat = {0};
 	long requests = 0, errors = 0;
@@ -267,8 +306,15 @@ int main(int argc, char **argv)
 			if (is_sticky(r))
 				break; /* a dead context serves nothing more */
 		} else {
+			/* A failed request is left out of the queue as well (its
+			 * service time is unknown); the error is counted. */
+			finish = (arrival > finish ? arrival : finish) + gms / 1000.0;
 			lat_add(&lat, (done - arrival) * 1000);
 			lat_add(&gpu, gms);
+			lat_add(&req, (finish - arrival) * 1000);
+			if (tf != NULL)
+				fprintf(tf, "%.9f,%.3f,%.6f,%.6f\n", arrival, (done - arrival) * 1000, gms,
+					(finish - arrival) * 1000);
 		}
 		arrival = next_arrival(&tr, arrival, poisson);
 	}
@@ -276,20 +322,21 @@ int main(int argc, char **argv)
 	if (elapsed < duration && first == CUDA_SUCCESS)
 		elapsed = duration;
 	double p50 = lat_pct(&lat, 50), p95 = lat_pct(&lat, 95), p99 = lat_pct(&lat, 99);
-	double mean = 0, gmean = 0;
-	for (size_t i = 0; i < lat.n; i++)
-		mean += lat.v[i];
-	mean = lat.n ? mean / (double)lat.n : 0;
-	for (size_t i = 0; i < gpu.n; i++)
-		gmean += gpu.v[i];
-	gmean = gpu.n ? gmean / (double)gpu.n : 0;
+	double mean = lat_mean(&lat), gmean = lat_mean(&gpu), rmean = lat_mean(&req);
 	double gp50 = lat_pct(&gpu, 50), gp99 = lat_pct(&gpu, 99);
+	double rp50 = lat_pct(&req, 50), rp95 = lat_pct(&req, 95), rp99 = lat_pct(&req, 99);
 	printf("{\"requests\":%ld,\"completed\":%zu,\"errors\":%ld,\"first_error\":\"%s\",\"duration_s\":%.3f,"
-	       "\"qps\":%.2f,\"p50_ms\":%.3f,\"p95_ms\":%.3f,\"p99_ms\":%.3f,\"mean_ms\":%.3f,"
+	       "\"qps\":%.2f,\"req_p50_ms\":%.3f,\"req_p95_ms\":%.3f,\"req_p99_ms\":%.3f,\"req_mean_ms\":%.3f,"
+	       "\"p50_ms\":%.3f,\"p95_ms\":%.3f,\"p99_ms\":%.3f,\"mean_ms\":%.3f,"
 	       "\"gpu_p50_ms\":%.3f,\"gpu_p99_ms\":%.3f,\"gpu_mean_ms\":%.3f}\n",
 	       requests, lat.n, errors, first == CUDA_SUCCESS ? "" : drv_errname(&d, first), elapsed,
-	       (double)lat.n / elapsed, p50, p95, p99, mean, gp50, gp99, gmean);
+	       (double)lat.n / elapsed, rp50, rp95, rp99, rmean, p50, p95, p99, mean, gp50, gp99, gmean);
 	fflush(stdout);
+	if (tf != NULL && fclose(tf) != 0) {
+		fprintf(stderr, "infer: writing trace %s failed\n", trace_path);
+		if (first == CUDA_SUCCESS)
+			return 1;
+	}
 	if (first != CUDA_SUCCESS)
 		return 3;
 	d.StreamDestroy(st);

@@ -7,7 +7,8 @@ import (
 )
 
 // aggregate sets the report's results from its passes: medians of every figure, sums
-// of errors and evictions, and the timeline of the pass whose online p99 is the median.
+// of errors and evictions, and the timeline of the pass whose online request p99 is the
+// median.
 func (r *Report) aggregate() {
 	if len(r.Passes) == 0 {
 		return
@@ -33,7 +34,8 @@ func (r *Report) aggregate() {
 		m := func(f func(Result) float64) float64 { return median(all, f) }
 		out := Result{
 			Strategy: first.Strategy,
-			GPUP50:   m(func(x Result) float64 { return x.GPUP50 }), GPUP99: m(func(x Result) float64 { return x.GPUP99 }),
+			ReqP50:   m(func(x Result) float64 { return x.ReqP50 }), ReqP99: m(func(x Result) float64 { return x.ReqP99 }),
+			GPUP50: m(func(x Result) float64 { return x.GPUP50 }), GPUP99: m(func(x Result) float64 { return x.GPUP99 }),
 			HostP50: m(func(x Result) float64 { return x.HostP50 }), HostP99: m(func(x Result) float64 { return x.HostP99 }),
 			BusyPerRequest: m(func(x Result) float64 { return x.BusyPerRequest }),
 			OfflineNorm:    m(func(x Result) float64 { return x.OfflineNorm }),
@@ -42,9 +44,9 @@ func (r *Report) aggregate() {
 		for j := range first.OfflineItPerS {
 			out.OfflineItPerS = append(out.OfflineItPerS, m(func(x Result) float64 { return x.OfflineItPerS[j] }))
 		}
-		// The timeline shown is a real pass: the one at the median p99.
+		// The timeline shown is a real pass: the one at the median request p99.
 		byP99 := slices.Clone(all)
-		slices.SortFunc(byP99, func(a, b Result) int { return cmpFloat(a.GPUP99, b.GPUP99) })
+		slices.SortFunc(byP99, func(a, b Result) int { return cmpFloat(a.ReqP99, b.ReqP99) })
 		mid := byP99[(len(byP99)-1)/2]
 		out.Samples, out.Trace, out.Window = mid.Samples, mid.Trace, mid.Window
 		for k, x := range all {

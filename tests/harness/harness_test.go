@@ -191,9 +191,9 @@ func testReport() *Report {
 	r := &Report{Scenario: s, Passes: []Pass{{
 		OfflineAlone: []float64{100},
 		Results: []Result{
-			{Strategy: OnlineAlone, GPUP50: 1, GPUP99: 2, BusyPerRequest: 1, Util: 0.2, SMActivity: 0.05, Samples: samples},
+			{Strategy: OnlineAlone, ReqP50: 1.5, ReqP99: 3, GPUP50: 1, GPUP99: 2, BusyPerRequest: 1, Util: 0.2, SMActivity: 0.05, Samples: samples},
 			{Strategy: PriorityTimeSharing, Skipped: "not simulated"},
-			{Strategy: Muxflow, GPUP50: 1.1, GPUP99: 2.2, BusyPerRequest: 1.05, OfflineItPerS: []float64{60}, OfflineNorm: 0.6,
+			{Strategy: Muxflow, ReqP50: 2, ReqP99: 6, GPUP50: 1.1, GPUP99: 2.2, BusyPerRequest: 1.05, OfflineItPerS: []float64{60}, OfflineNorm: 0.6,
 				Util: 0.7, SMActivity: 0.4, Errors: 1, Evictions: 2, Samples: samples, Notes: []string{"something odd"}},
 		},
 	}}}
@@ -202,25 +202,28 @@ func testReport() *Report {
 }
 
 func TestAggregate(t *testing.T) {
-	// Three passes: medians of figures, paired ratios, summed errors.
+	// Three passes: medians of figures, paired ratios, summed errors. The GPU-side p99s
+	// rank the passes differently from the request p99s: the timeline must come from
+	// the pass at the median request p99 (k = 2), not at the median GPU p99 (k = 1).
 	r := &Report{}
+	gpu := map[float64]float64{1: 5, 3: 1, 2: 9}
 	for _, k := range []float64{1, 3, 2} {
 		r.Passes = append(r.Passes, Pass{OfflineAlone: []float64{100 * k}, Results: []Result{
-			{Strategy: OnlineAlone, GPUP99: k, Util: 0.1 * k, BusyPerRequest: 1},
+			{Strategy: OnlineAlone, ReqP99: k, GPUP99: 1, Util: 0.1 * k, BusyPerRequest: 1},
 			{Strategy: PriorityTimeSharing, Skipped: "no"},
-			{Strategy: Muxflow, GPUP99: 1.1 * k, Util: 0.5 * k, BusyPerRequest: 1, OfflineItPerS: []float64{60 * k}, OfflineNorm: 0.6,
+			{Strategy: Muxflow, ReqP50: k, ReqP99: 1.1 * k, GPUP99: gpu[k], Util: 0.5 * k, BusyPerRequest: 1, OfflineItPerS: []float64{60 * k}, OfflineNorm: 0.6,
 				Errors: 1, Samples: []Sample{{T: time.Duration(k)}}},
 		}})
 	}
 	r.aggregate()
 	mux, _ := r.Result(Muxflow)
-	if mux.GPUP99 != 2.2 || mux.Errors != 3 || mux.OfflineItPerS[0] != 120 || r.OfflineAlone[0] != 200 || mux.Samples[0].T != 2 {
+	if mux.ReqP99 != 2.2 || mux.ReqP50 != 2 || mux.GPUP99 != 5 || mux.Errors != 3 || mux.OfflineItPerS[0] != 120 || r.OfflineAlone[0] != 200 || mux.Samples[0].T != 2 {
 		t.Errorf("aggregate: %+v, alone %v", mux, r.OfflineAlone)
 	}
 	if p, _ := r.Result(PriorityTimeSharing); p.Skipped == "" {
 		t.Error("a skipped strategy lost its reason")
 	}
-	if got := r.ratio(Muxflow, func(x Result) float64 { return x.GPUP99 }); math.Abs(got-1.1) > 1e-9 {
+	if got := r.ratio(Muxflow, func(x Result) float64 { return x.ReqP99 }); math.Abs(got-1.1) > 1e-9 {
 		t.Errorf("paired p99 ratio = %v, want 1.1", got)
 	}
 	if got := r.ratio(Muxflow, func(x Result) float64 { return x.Util }); math.Abs(got-5) > 1e-9 {
@@ -235,24 +238,33 @@ func TestAggregate(t *testing.T) {
 }
 
 func TestRows(t *testing.T) {
+	// p50/p99 and p99 ÷ alone are request latency; GPU p50/p99 follow.
 	want := []Row{
-		{"online-alone", "1.00", "2.00", "1.00×", "1.00×", "-", "20%", "1.00×", "0.05", "0", "0"},
-		{"priority-time-sharing", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"},
-		{"muxflow", "1.10", "2.20", "1.10×", "1.05×", "0.60", "70%", "3.50×", "0.40", "1", "2"},
+		{"online-alone", "1.50", "3.00", "1.00×", "1.00", "2.00", "1.00×", "-", "20%", "1.00×", "0.05", "0", "0"},
+		{"priority-time-sharing", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"},
+		{"muxflow", "2.00", "6.00", "2.00×", "1.10", "2.20", "1.05×", "0.60", "70%", "3.50×", "0.40", "1", "2"},
 	}
 	if d := cmp.Diff(want, testReport().Rows()); d != "" {
 		t.Errorf("rows (-want +got):\n%s", d)
 	}
+	for _, row := range want {
+		if len(row) != len(tableHeader) {
+			t.Errorf("row %v has %d cells for %d columns", row[0], len(row), len(tableHeader))
+		}
+	}
+	if tableHeader[colOfflineNorm] != "offline norm." {
+		t.Errorf("colOfflineNorm points at %q", tableHeader[colOfflineNorm])
+	}
 	var b bytes.Buffer
 	testReport().WriteTable(&b)
-	for _, s := range []string{"p99 ÷ alone", "offline alone: job 100.0 it/s", "priority-time-sharing: n/a — not simulated", "muxflow: something odd"} {
+	for _, s := range []string{"p99 ÷ alone", "GPU p99 ms", "queueing included", "offline alone: job 100.0 it/s", "priority-time-sharing: n/a — not simulated", "muxflow: something odd"} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, b.String())
 		}
 	}
 	b.Reset()
 	testReport().WriteMarkdown(&b)
-	if !strings.Contains(b.String(), "| muxflow | 1.10 | 2.20 | 1.10× |") {
+	if !strings.Contains(b.String(), "| muxflow | 2.00 | 6.00 | 2.00× | 1.10 | 2.20 |") {
 		t.Errorf("markdown table:\n%s", b.String())
 	}
 }
@@ -289,9 +301,15 @@ func TestPlot(t *testing.T) {
 }
 
 func TestLastJSON(t *testing.T) {
-	o := parseInfer("warning: x\n{\"requests\":10,\"errors\":1,\"gpu_p99_ms\":2.5}\ntrailing noise\n")
-	if !o.ok || o.Requests != 10 || o.Errors != 1 || o.GPUP99 != 2.5 {
+	o := parseInfer("warning: x\n{\"requests\":10,\"errors\":1,\"req_p50_ms\":4,\"req_p99_ms\":900.5,\"p99_ms\":950,\"gpu_p99_ms\":2.5}\ntrailing noise\n")
+	if !o.ok || o.Requests != 10 || o.Errors != 1 || o.GPUP99 != 2.5 || o.P99 != 950 ||
+		o.ReqP50 == nil || *o.ReqP50 != 4 || o.ReqP99 == nil || *o.ReqP99 != 900.5 {
 		t.Errorf("parseInfer = %+v", o)
+	}
+	// An infer that does not print request latency is told apart from one that
+	// measured 0 ms.
+	if o := parseInfer(`{"requests":10,"gpu_p99_ms":2.5}`); !o.ok || o.ReqP50 != nil || o.ReqP99 != nil {
+		t.Errorf("parseInfer without req_*: %+v", o)
 	}
 	if parseTrain("no json here").ok {
 		t.Error("parsed JSON from plain text")
@@ -327,32 +345,67 @@ func TestRunCommandLine(t *testing.T) {
 }
 
 func TestParseTrace(t *testing.T) {
-	reqs, err := ParseTrace(strings.NewReader("start_s,latency_ms,gpu_ms\n0.5,3,1\n1.5,4,2\n# comment\n1.7,9,3\n"))
+	reqs, err := ParseTrace(strings.NewReader("start_s,latency_ms,gpu_ms,req_ms\n0.5,3,1,1\n1.5,4,2,2.5\n# comment\n1.7,9,3,7\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Request{{500 * time.Millisecond, 3, 1}, {1500 * time.Millisecond, 4, 2}, {1700 * time.Millisecond, 9, 3}}
+	want := []Request{{500 * time.Millisecond, 3, 1, 1}, {1500 * time.Millisecond, 4, 2, 2.5}, {1700 * time.Millisecond, 9, 3, 7}}
 	if d := cmp.Diff(want, reqs); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
-	if _, err := ParseTrace(strings.NewReader("1,-2,3\n")); err == nil {
-		t.Error("a negative latency was accepted")
+	for _, bad := range []string{"1,2,3,-4\n", "1,2,3\n", "1,2,x,4\n"} {
+		if _, err := ParseTrace(strings.NewReader(bad)); err == nil {
+			t.Errorf("trace %q was accepted", bad)
+		}
 	}
-	p50, p99 := windowPercentiles(reqs, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second})
-	if p50[0] != 1 || p99[0] != 1 || p50[1] != 2 || p99[1] != 3 || !math.IsNaN(p50[2]) {
-		t.Errorf("window percentiles p50 %v p99 %v", p50, p99)
+	ends := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}
+	p50, p99 := windowPercentiles(reqs, ends, func(q Request) float64 { return q.ReqMs })
+	if p50[0] != 1 || p99[0] != 1 || p50[1] != 2.5 || p99[1] != 7 || !math.IsNaN(p50[2]) {
+		t.Errorf("window percentiles of request latency p50 %v p99 %v", p50, p99)
+	}
+	if _, g99 := windowPercentiles(reqs, ends, func(q Request) float64 { return q.GPUMs }); g99[1] != 3 {
+		t.Errorf("window p99 of GPU time %v", g99)
 	}
 	if got := percentile([]float64{5, 1, 4, 2, 3}, 50); got != 3 {
 		t.Errorf("median of 1..5 = %v", got)
 	}
-	// With a trace, the latency panel shows per-period percentiles and the alone p99.
+	// With a trace, the latency panel shows per-period percentiles of request latency,
+	// the GPU-side p99 beside them, and the alone request p99.
 	r := testReport()
 	r.Results[2].Trace = reqs
 	panels, err := r.TimelinePanels(Muxflow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := panels[2].Series; len(got) != 3 || got[0].Name != "p99" || got[2].V[0] != 2 {
+	got := panels[2].Series
+	if len(got) != 4 || got[0].Name != "p99" || got[0].V[1] != 7 || got[2].Name != "GPU-side p99" || got[2].V[1] != 3 ||
+		!got[3].Dashed || got[3].V[0] != 3 {
 		t.Errorf("latency panel with a trace: %+v", got)
+	}
+}
+
+// requestLatencies rebuilds each request's latency from its scheduled arrival and its
+// GPU-side time as infer is documented to (a FIFO single server: f_i = max(a_i,
+// f_{i-1}) + g_i, latency f_i − a_i), in ms; requests in arrival order.
+func requestLatencies(reqs []Request) []float64 {
+	out := make([]float64, len(reqs))
+	var finish float64 // seconds
+	for i, r := range reqs {
+		a := r.Start.Seconds()
+		finish = math.Max(a, finish) + r.GPUMs/1000
+		out[i] = (finish - a) * 1000
+	}
+	return out
+}
+
+func TestRequestLatencies(t *testing.T) {
+	ms := time.Millisecond
+	// Service 4 ms; arrivals at 0, 1, 2 ms queue up (4, 7, 10 ms); one at 20 ms finds
+	// the server idle (4 ms); one at 21 ms with 1 ms of service waits 3 ms (4 ms).
+	reqs := []Request{{Start: 0, GPUMs: 4}, {Start: ms, GPUMs: 4}, {Start: 2 * ms, GPUMs: 4}, {Start: 20 * ms, GPUMs: 4}, {Start: 21 * ms, GPUMs: 1}}
+	got := requestLatencies(reqs)
+	want := []float64{4, 7, 10, 4, 4}
+	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-9 })); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
 	}
 }

@@ -49,7 +49,8 @@ var (
 )
 
 // TimelinePanels are the muxflow run's panels: online load, offline share against the
-// online demand, and online latency against the online-alone baseline.
+// online demand, and online request latency (with its GPU-side p99) against the
+// online-alone baseline.
 func (r *Report) TimelinePanels(st Strategy) ([]Panel, error) {
 	res, ok := r.Result(st)
 	if !ok || res.Skipped != "" {
@@ -87,18 +88,21 @@ func (r *Report) TimelinePanels(st Strategy) ([]Panel, error) {
 	base, haveBase := r.Result(OnlineAlone)
 	haveBase = haveBase && base.Skipped == ""
 	if len(res.Trace) > 0 {
-		p50, p99 := windowPercentiles(res.Trace, ts)
-		latP := Panel{Title: "online latency on the GPU per sample period", YLabel: "ms", Series: []Series{
+		p50, p99 := windowPercentiles(res.Trace, ts, func(q Request) float64 { return q.ReqMs })
+		_, g99 := windowPercentiles(res.Trace, ts, func(q Request) float64 { return q.GPUMs })
+		latP := Panel{Title: "online request latency (arrival to completion, queueing included) per sample period", YLabel: "ms", Series: []Series{
 			{Name: "p99", Color: colLat, T: ts, V: p99},
 			{Name: "p50", Color: colLoad, T: ts, V: p50},
+			{Name: "GPU-side p99", Color: colTrace, T: ts, V: g99},
 		}}
 		if haveBase {
-			latP.Series = append(latP.Series, Series{Name: "alone p99 (run)", Color: colBase, T: []time.Duration{0, ts[n-1]}, V: []float64{base.GPUP99, base.GPUP99}, Dashed: true})
+			latP.Series = append(latP.Series, Series{Name: "alone p99 (run)", Color: colBase, T: []time.Duration{0, ts[n-1]}, V: []float64{base.ReqP99, base.ReqP99}, Dashed: true})
 		}
 		return append(panels, latP), nil
 	}
-	// Without a per-request trace, gpusim's counters still give the online service's
-	// kernel time per request: the slowdown sharing causes, though not the waiting.
+	// Without a per-request trace (an infer built without --trace), gpusim's counters
+	// still give the online service's kernel time per request: the slowdown sharing
+	// causes, though not the waiting.
 	latP := Panel{Title: "online kernel time per request (mean per sample; infer has no --trace for percentiles)", YLabel: "ms", Series: []Series{
 		{Name: string(st), Color: colLat, T: ts, V: lat},
 	}}

@@ -85,9 +85,14 @@ type Result struct {
 	Strategy Strategy
 	// Skipped, when set, says why the strategy could not run (the row shows n/a).
 	Skipped string
-	// Online latency in ms. GPU: service time on the GPU from the request's events
-	// (what sharing changes; free of this machine's CPU contention). Host: arrival to
-	// completion as the client saw it, queueing and host delays included.
+	// Online latency in ms. Req (the primary figure): request latency from arrival to
+	// completion, queueing included, as infer rebuilds it from each request's scheduled
+	// arrival and its GPU-side time (a FIFO single server: f_i = max(a_i, f_{i-1}) + g_i),
+	// so an overloaded service shows its waits while this machine's CPU contention stays
+	// out. GPU: the service time g_i alone, from the request's events (waits for SMs or
+	// time slices included, queueing behind earlier requests not). Host: arrival to
+	// completion by the client's wall clock, queueing and host delays included.
+	ReqP50, ReqP99   float64
 	GPUP50, GPUP99   float64
 	HostP50, HostP99 float64
 	// BusyPerRequest is the online service's mean kernel time per request (ms) from
@@ -308,15 +313,19 @@ func itPerS(a, b snap, kernels int) float64 {
 
 // inferOut and trainOut are the workload programs' JSON lines.
 type inferOut struct {
-	Requests   int     `json:"requests"`
-	Completed  int     `json:"completed"`
-	Errors     int     `json:"errors"`
-	FirstError string  `json:"first_error"`
-	P50        float64 `json:"p50_ms"`
-	P99        float64 `json:"p99_ms"`
-	GPUP50     float64 `json:"gpu_p50_ms"`
-	GPUP99     float64 `json:"gpu_p99_ms"`
-	ok         bool
+	Requests   int    `json:"requests"`
+	Completed  int    `json:"completed"`
+	Errors     int    `json:"errors"`
+	FirstError string `json:"first_error"`
+	// ReqP50 and ReqP99 are nil when infer did not print them (a build from before
+	// request latency was added): an error, not a zero.
+	ReqP50 *float64 `json:"req_p50_ms"`
+	ReqP99 *float64 `json:"req_p99_ms"`
+	P50    float64  `json:"p50_ms"`
+	P99    float64  `json:"p99_ms"`
+	GPUP50 float64  `json:"gpu_p50_ms"`
+	GPUP99 float64  `json:"gpu_p99_ms"`
+	ok     bool
 }
 
 type trainOut struct {
@@ -471,6 +480,10 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 	if !io.ok {
 		return res, fmt.Errorf("the online service printed no result: %s", lastLine(on.output()))
 	}
+	if io.ReqP50 == nil || io.ReqP99 == nil {
+		return res, fmt.Errorf("the online service's result has no req_p50_ms/req_p99_ms (an old infer? run `make build`): %s", lastLine(on.output()))
+	}
+	res.ReqP50, res.ReqP99 = *io.ReqP50, *io.ReqP99
 	res.GPUP50, res.GPUP99, res.HostP50, res.HostP99 = io.GPUP50, io.GPUP99, io.P50, io.P99
 	res.Requests = io.Requests
 	res.Errors += io.Errors

@@ -12,8 +12,13 @@ import (
 // Row is one strategy's line of the comparison table, already formatted.
 type Row []string
 
-// tableHeader names the columns; p50/p99 are the online service's GPU-side latencies.
-var tableHeader = Row{"strategy", "p50 ms", "p99 ms", "p99 ÷ alone", "busy ÷ alone", "offline norm.", "GPU util", "util ÷ alone", "SM activity", "errors", "evictions"}
+// tableHeader names the columns. p50/p99 (and p99 ÷ alone) are the online service's
+// request latency, arrival to completion with queueing included; GPU p50/p99 its
+// GPU-side time per request alone.
+var tableHeader = Row{"strategy", "p50 ms", "p99 ms", "p99 ÷ alone", "GPU p50 ms", "GPU p99 ms", "busy ÷ alone", "offline norm.", "GPU util", "util ÷ alone", "SM activity", "errors", "evictions"}
+
+// colOfflineNorm is the index of "offline norm." in tableHeader.
+const colOfflineNorm = 7
 
 // Rows formats the report's results; ratios are against online-alone, taken within
 // each pass (medians over passes when repeated).
@@ -29,16 +34,21 @@ func (r *Report) Rows() []Row {
 	}
 	for _, x := range r.Results {
 		if x.Skipped != "" {
-			rows = append(rows, Row{string(x.Strategy), "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"})
+			row := Row{string(x.Strategy)}
+			for range tableHeader[1:] {
+				row = append(row, "n/a")
+			}
+			rows = append(rows, row)
 			continue
 		}
-		row := Row{string(x.Strategy), f(x.GPUP50, 2), f(x.GPUP99, 2),
-			ratio(x.Strategy, func(y Result) float64 { return y.GPUP99 }),
+		row := Row{string(x.Strategy), f(x.ReqP50, 2), f(x.ReqP99, 2),
+			ratio(x.Strategy, func(y Result) float64 { return y.ReqP99 }),
+			f(x.GPUP50, 2), f(x.GPUP99, 2),
 			ratio(x.Strategy, func(y Result) float64 { return y.BusyPerRequest }), "-",
 			f(100*x.Util, 0) + "%", ratio(x.Strategy, func(y Result) float64 { return y.Util }),
 			f(x.SMActivity, 2), strconv.Itoa(x.Errors), strconv.Itoa(x.Evictions)}
 		if len(x.OfflineItPerS) > 0 && len(r.OfflineAlone) == len(x.OfflineItPerS) {
-			row[5] = f(x.OfflineNorm, 2)
+			row[colOfflineNorm] = f(x.OfflineNorm, 2)
 		}
 		rows = append(rows, row)
 	}
@@ -100,7 +110,7 @@ func (r *Report) writeLegend(w io.Writer, bullet string) {
 	if len(alone) > 0 {
 		fmt.Fprintf(w, "%soffline alone: %s (the normaliser of \"offline norm.\")\n", bullet, strings.Join(alone, ", "))
 	}
-	fmt.Fprintf(w, "%sp50/p99: the online service's latency on the GPU (from its request events; excludes host queueing); busy: its mean kernel time per request (gpusim counters)\n", bullet)
+	fmt.Fprintf(w, "%sp50/p99: the online service's request latency, arrival to completion with queueing included (a FIFO queue rebuilt from scheduled arrivals and GPU-side times, free of host noise); GPU p50/p99: GPU-side time per request alone (its events; waits for SMs or time slices included, queueing not); busy: its mean kernel time per request (gpusim counters)\n", bullet)
 	var host []string
 	for _, x := range r.Results {
 		if x.Skipped == "" {
@@ -108,7 +118,7 @@ func (r *Report) writeLegend(w io.Writer, bullet string) {
 		}
 	}
 	if len(host) > 0 {
-		fmt.Fprintf(w, "%shost-side p50/p99 ms (arrival to completion, includes this machine's CPU contention): %s\n", bullet, strings.Join(host, ", "))
+		fmt.Fprintf(w, "%shost-clock p50/p99 ms (arrival to completion by the client's wall clock: queueing plus this machine's CPU contention and the fake driver's round trips): %s\n", bullet, strings.Join(host, ", "))
 	}
 	for _, x := range r.Results {
 		if x.Skipped != "" {

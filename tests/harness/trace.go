@@ -14,10 +14,12 @@ import (
 )
 
 // TraceFlag is the infer option that writes one line per completed request
-// ("start_s,latency_ms,gpu_ms": scheduled arrival since the run began, arrival to
-// completion, and time on the GPU from the request's events). When the built infer has
-// it, the timeline plots per-period latency percentiles; otherwise the online
-// service's kernel time per request from gpusim's counters.
+// ("start_s,latency_ms,gpu_ms,req_ms": scheduled arrival since the run began, arrival
+// to completion by the host clock, time on the GPU from the request's events, and
+// request latency — arrival to completion with queueing, rebuilt from the arrivals and
+// GPU times). When the built infer has it, the timeline plots per-period percentiles of
+// request latency; otherwise the online service's kernel time per request from
+// gpusim's counters.
 const TraceFlag = "--trace"
 
 // TraceSupported reports whether the built infer program knows TraceFlag (its usage
@@ -29,22 +31,29 @@ func (a Artifacts) TraceSupported() bool {
 
 // Request is one completed online request from a trace.
 type Request struct {
-	Start     time.Duration
+	Start time.Duration // scheduled arrival
+	// LatencyMs is arrival to completion by the host clock; GPUMs the request's
+	// GPU-side time; ReqMs its request latency (queueing included, free of host noise).
 	LatencyMs float64
 	GPUMs     float64
+	ReqMs     float64
 }
 
-// ParseTrace reads infer's per-request trace; lines that are not three numbers (a
-// header, a comment) are skipped, values that make no sense are errors.
+// ParseTrace reads infer's per-request trace; lines that do not start with a number (a
+// header, a comment) are skipped; a line of numbers must have all four, with values
+// that make sense.
 func ParseTrace(r io.Reader) ([]Request, error) {
 	var out []Request
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
 		f := strings.Split(strings.TrimSpace(sc.Text()), ",")
-		if len(f) < 3 {
+		if _, err := strconv.ParseFloat(strings.TrimSpace(f[0]), 64); err != nil {
 			continue
 		}
-		var v [3]float64
+		if len(f) < 4 {
+			return nil, fmt.Errorf("trace line %d: %q is not start_s,latency_ms,gpu_ms,req_ms", line, sc.Text())
+		}
+		var v [4]float64
 		ok := true
 		for i := range v {
 			x, err := strconv.ParseFloat(strings.TrimSpace(f[i]), 64)
@@ -55,14 +64,14 @@ func ParseTrace(r io.Reader) ([]Request, error) {
 			v[i] = x
 		}
 		if !ok {
-			continue
+			return nil, fmt.Errorf("trace line %d: %q is not start_s,latency_ms,gpu_ms,req_ms", line, sc.Text())
 		}
 		for _, x := range v {
 			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
 				return nil, fmt.Errorf("trace line %d: %q has a negative or non-finite value", line, sc.Text())
 			}
 		}
-		out = append(out, Request{Start: time.Duration(v[0] * float64(time.Second)), LatencyMs: v[1], GPUMs: v[2]})
+		out = append(out, Request{Start: time.Duration(v[0] * float64(time.Second)), LatencyMs: v[1], GPUMs: v[2], ReqMs: v[3]})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read trace: %w", err)
@@ -71,15 +80,15 @@ func ParseTrace(r io.Reader) ([]Request, error) {
 }
 
 // windowPercentiles returns, for each sample period (ending at ends[i]), the p50 and
-// p99 of the GPU-side latency of requests that arrived in it (NaN when none did).
-func windowPercentiles(reqs []Request, ends []time.Duration) (p50, p99 []float64) {
+// p99 of figure f (a latency) of the requests that arrived in it (NaN when none did).
+func windowPercentiles(reqs []Request, ends []time.Duration, f func(Request) float64) (p50, p99 []float64) {
 	p50, p99 = make([]float64, len(ends)), make([]float64, len(ends))
 	var prev time.Duration
 	for i, end := range ends {
 		var v []float64
 		for _, r := range reqs {
 			if r.Start >= prev && r.Start < end {
-				v = append(v, r.GPUMs)
+				v = append(v, f(r))
 			}
 		}
 		p50[i], p99[i] = percentile(v, 50), percentile(v, 99)
