@@ -66,6 +66,9 @@ struct gs_notify {
 	int32_t code;
 };
 
+/* pid and uid are what the process says about itself (inside a container, its pid
+ * there); gpusimd knows it by its socket's peer credential (host pid and uid) and uses
+ * these only where the kernel does not tell. */
 struct gs_hello {
 	struct gs_hdr h;
 	uint32_t pid, uid, version, pad;

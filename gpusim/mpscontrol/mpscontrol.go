@@ -229,7 +229,8 @@ func (d *daemon) handle(c net.Conn) {
 	if err != nil && line == "" {
 		return
 	}
-	out := d.command(strings.Fields(line))
+	peer, known := simd.PeerOf(c)
+	out := d.command(strings.Fields(line), peer, known)
 	_, _ = io.WriteString(c, out)
 }
 
@@ -269,8 +270,9 @@ func parseATP(s string) (float64, bool) {
 	return v, err == nil && v > 0 && v <= 100
 }
 
-// command runs one command line and returns what the tool prints.
-func (d *daemon) command(f []string) string {
+// command runs one command line and returns what the tool prints; peer is the kernel's
+// word on who sent it (SO_PEERCRED), when known.
+func (d *daemon) command(f []string, peer simd.Peer, peerKnown bool) string {
 	if len(f) == 0 {
 		return ""
 	}
@@ -442,15 +444,26 @@ func (d *daemon) command(f []string) string {
 		if len(f) != 3 {
 			return "err bad request\n"
 		}
+		// The client's user picks its server. Like the real daemon, believe the kernel
+		// (the peer credential, in our user namespace) over what the client says: a
+		// process in a user namespace calls itself root. Its pid likewise: the host pid,
+		// not the one it has inside its container; the claimed ones are fallbacks.
 		uid, err := strconv.Atoi(f[1])
 		if err != nil || uid < 0 {
 			return "err bad uid\n"
+		}
+		client := f[2]
+		if peerKnown {
+			uid = peer.UID
+			if peer.PID > 0 {
+				client = strconv.Itoa(peer.PID)
+			}
 		}
 		s, err := d.serverFor(uid)
 		if err != nil {
 			return fmt.Sprintf("err %v\n", err)
 		}
-		d.log.Info("New client connected", "client", f[2], "server", s.pid)
+		d.log.Info("New client connected", "client", client, "uid", uid, "server", s.pid)
 		return fmt.Sprintf("ok %d\n", s.pid)
 	}
 	return fmt.Sprintf("Unrecognized command %q\n", f[0])

@@ -124,6 +124,10 @@ type binConn struct {
 	wmu  sync.Mutex
 	cl   *sim.Client
 	stop chan struct{}
+	// peer is the kernel's word on who connected (SO_PEERCRED); it, not the pid and
+	// uid in the hello, is the process's identity.
+	peer      Peer
+	peerKnown bool
 }
 
 func (b *binConn) write(msg []byte) {
@@ -159,6 +163,7 @@ func (b *binConn) notify(ctx uint32, code sim.Result) {
 
 func (sv *Server) handleBinary(c net.Conn, r *bufio.Reader) {
 	b := &binConn{sv: sv, c: c, stop: make(chan struct{})}
+	b.peer, b.peerKnown = PeerOf(c)
 	defer close(b.stop)
 	le := binary.LittleEndian
 	hdr := make([]byte, hdrSize)
@@ -213,7 +218,14 @@ func (b *binConn) dispatch(op uint16, id uint64, p []byte) bool {
 			b.reply(id, sim.ErrNotSupported, make([]byte, 8))
 			return false
 		}
-		b.cl = s.Connect(int(pid), int(uid), b.notify)
+		// The process's own getpid() is its pid inside its container; stats, NVML,
+		// faults and MPS client lists use the host pid, as a real driver does.
+		hpid, huid := identity(b.peer, b.peerKnown, int(pid), int(uid))
+		if hpid != int(pid) || huid != int(uid) {
+			b.sv.log.Debug("process identified by its peer credential", "pid", hpid, "uid", huid,
+				"claimed_pid", pid, "claimed_uid", uid)
+		}
+		b.cl = s.Connect(hpid, huid, b.notify)
 		extra := make([]byte, 8)
 		le.PutUint32(extra, uint32(s.DeviceCount()))
 		b.reply(id, sim.Success, extra)
@@ -336,7 +348,8 @@ func (b *binConn) noReply(op uint16, id uint64, r sim.Result) {
 	}
 }
 
-// Request is one JSON-lines request.
+// Request is one JSON-lines request. PIDs are host pids (gpusimd's pid namespace), as
+// NVML and the stats report them.
 type Request struct {
 	Op        string            `json:"op"`
 	Device    int               `json:"device"`
@@ -344,8 +357,8 @@ type Request struct {
 	Hung      bool              `json:"hung,omitempty"`
 	Watts     float64           `json:"watts,omitempty"`
 	After     uint64            `json:"after,omitempty"`
-	PID       int               `json:"pid,omitempty"`
-	UID       int               `json:"uid,omitempty"`
+	PID       int               `json:"pid,omitempty"` // mps_register: used only where the kernel does not tell the peer's
+	UID       int               `json:"uid,omitempty"` // mps_register: the user the server serves
 	ATP       float64           `json:"atp,omitempty"`
 	MemLimits map[string]uint64 `json:"mem_limits,omitempty"` // device index -> bytes
 	Client    int               `json:"client,omitempty"`     // client PID (mps_terminate)
@@ -375,6 +388,7 @@ func parseLimits(m map[string]uint64) (map[int]uint64, error) {
 func (sv *Server) handleJSON(c net.Conn, r *bufio.Reader) {
 	enc := json.NewEncoder(c)
 	var serverPID int
+	peer, peerKnown := PeerOf(c)
 	defer func() {
 		if serverPID != 0 {
 			sv.Sim.UnregisterServer(serverPID)
@@ -392,7 +406,7 @@ func (sv *Server) handleJSON(c net.Conn, r *bufio.Reader) {
 		var resp Response
 		if e := json.Unmarshal(line, &q); e != nil {
 			resp.Error = fmt.Sprintf("bad request: %v", e)
-		} else if e := sv.do(&q, &resp, &serverPID); e != nil {
+		} else if e := sv.do(&q, &resp, &serverPID, peer, peerKnown); e != nil {
 			resp.Error = e.Error()
 		}
 		if enc.Encode(&resp) != nil {
@@ -404,7 +418,8 @@ func (sv *Server) handleJSON(c net.Conn, r *bufio.Reader) {
 	}
 }
 
-func (sv *Server) do(q *Request, resp *Response, serverPID *int) error {
+// do runs one JSON request; peer is the connection's peer credential (when known).
+func (sv *Server) do(q *Request, resp *Response, serverPID *int, peer Peer, peerKnown bool) error {
 	s := sv.Sim
 	switch q.Op {
 	case "ping":
@@ -437,10 +452,25 @@ func (sv *Server) do(q *Request, resp *Response, serverPID *int) error {
 		if err != nil {
 			return err
 		}
-		if err := s.RegisterServer(q.PID, q.UID, q.ATP, ml); err != nil {
+		// A server registers itself: its pid is the connection's peer (the host pid,
+		// like its clients'); q.PID counts only where the kernel does not tell. q.UID is
+		// the user it serves: a process other than root may serve only its own.
+		pid := q.PID
+		if peerKnown {
+			if peer.PID > 0 {
+				if q.PID != 0 && q.PID != peer.PID {
+					sv.log.Debug("MPS server identified by its peer credential", "pid", peer.PID, "claimed_pid", q.PID)
+				}
+				pid = peer.PID
+			}
+			if peer.UID != 0 && peer.UID != q.UID {
+				return fmt.Errorf("a process of uid %d cannot serve uid %d", peer.UID, q.UID)
+			}
+		}
+		if err := s.RegisterServer(pid, q.UID, q.ATP, ml); err != nil {
 			return err
 		}
-		*serverPID = q.PID
+		*serverPID = pid
 	case "mps_set":
 		ml, err := parseLimits(q.MemLimits)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -179,7 +180,6 @@ func TestJSONRequests(t *testing.T) {
 		{`{"op":"fault","fault":{"device":3,"xid":13}}`, "does not exist"},
 		{`{"op":"hang","device":-1,"hung":true}`, "does not exist"},
 		{`{"op":"power_limit","device":0,"watts":5000}`, "out of range"},
-		{`{"op":"mps_register","pid":0,"atp":50}`, "not a process id"},
 		{`{"op":"mps_register","pid":10,"atp":500}`, "out of range"},
 		{`{"op":"mps_register","pid":10,"atp":50,"mem_limits":{"x":1}}`, "not a device index"},
 		{`{"op":"mps_set","pid":12345,"atp":50}`, "no MPS server"},
@@ -227,6 +227,116 @@ func TestParseGPUs(t *testing.T) {
 		}
 		if diff := cmp.Diff(tc.want, names); diff != "" {
 			t.Errorf("%q (-want +got):\n%s", tc.spec, diff)
+		}
+	}
+}
+
+// TestPeerCredentialIsTheIdentity: gpusimd files a process under the pid and uid the
+// kernel gives for its connection (SO_PEERCRED), not under what it says about itself —
+// inside a container getpid() is the container's pid, not the host's.
+func TestPeerCredentialIsTheIdentity(t *testing.T) {
+	sock := serve(t)
+	le := binary.LittleEndian
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	peer, ok := PeerOf(c)
+	if !ok || peer.PID != os.Getpid() || peer.UID != os.Getuid() {
+		t.Fatalf("PeerOf(own connection) = %+v %v, want pid %d uid %d", peer, ok, os.Getpid(), os.Getuid())
+	}
+
+	// A driver connection that claims pid 1 and uid 4242 (a process in its own pid and
+	// user namespaces would), then allocates memory so that it shows in the stats.
+	m := append([]byte(magic), hdr(opHello, 32)...)
+	le.PutUint64(m[len(magic)+8:], 1)
+	body := make([]byte, 16)
+	le.PutUint32(body[0:], 1)
+	le.PutUint32(body[4:], 4242)
+	le.PutUint32(body[8:], protoVersion)
+	c.Write(append(m, body...))
+	ctx := make([]byte, payloadSize[opCtxCreate])
+	le.PutUint32(ctx[0:], 5) // context id 5 on device 0, default stream 1, no MPS
+	le.PutUint32(ctx[8:], 1)
+	le.PutUint64(ctx[16:], math.Float64bits(100))
+	mh := hdr(opCtxCreate, uint32(hdrSize+len(ctx)))
+	le.PutUint64(mh[8:], 2)
+	c.Write(append(mh, ctx...))
+	alloc := make([]byte, payloadSize[opMemAlloc])
+	le.PutUint32(alloc[0:], 5)
+	le.PutUint64(alloc[8:], 1<<30)
+	ah := hdr(opMemAlloc, uint32(hdrSize+len(alloc)))
+	le.PutUint64(ah[8:], 3)
+	c.Write(append(ah, alloc...))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for want := uint64(1); want <= 3; want++ {
+		h := make([]byte, replySize)
+		if _, err := io.ReadFull(c, h); err != nil {
+			t.Fatal(err)
+		}
+		if id, res := le.Uint64(h[8:]), int32(le.Uint32(h[16:])); id != want || res != 0 {
+			t.Fatalf("reply %d: id %d result %d", want, id, res)
+		}
+		if _, err := io.ReadFull(c, make([]byte, le.Uint32(h[0:])-replySize)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := jsonCall(t, sock, `{"op":"stats"}`)
+	var pids []int
+	for _, p := range st.Devices[0].Processes {
+		pids = append(pids, p.PID)
+	}
+	if diff := cmp.Diff([]int{os.Getpid()}, pids); diff != "" {
+		t.Errorf("processes in the stats (-want +got):\n%s", diff)
+	}
+
+	// An MPS server registers itself: under its connection's pid, whatever it claims.
+	reg, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	fmt.Fprintln(reg, `{"op":"mps_register","pid":10,"uid":0,"atp":50}`)
+	var r Response
+	if err := json.NewDecoder(bufio.NewReader(reg)).Decode(&r); err != nil || r.Error != "" {
+		t.Fatalf("register: %v %q", err, r.Error)
+	}
+	if s := jsonCall(t, sock, `{"op":"mps_servers"}`).Servers; len(s) != 1 || s[0].PID != os.Getpid() {
+		t.Errorf("servers %+v, want one with pid %d", s, os.Getpid())
+	}
+}
+
+func jsonCall(t *testing.T, sock, req string) Response {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintln(c, req)
+	var r Response
+	if err := json.NewDecoder(bufio.NewReader(c)).Decode(&r); err != nil || r.Error != "" {
+		t.Fatalf("%s: %v %q", req, err, r.Error)
+	}
+	return r
+}
+
+func TestIdentity(t *testing.T) {
+	tests := []struct {
+		name     string
+		peer     Peer
+		known    bool
+		pid, uid int
+	}{
+		{"kernel's word wins", Peer{PID: 4711, UID: 1000}, true, 4711, 1000},
+		{"peer in a pid namespace we cannot see", Peer{PID: 0, UID: 1000}, true, 7, 1000},
+		{"no peer credential", Peer{}, false, 7, 3},
+	}
+	for _, tc := range tests {
+		pid, uid := identity(tc.peer, tc.known, 7, 3)
+		if pid != tc.pid || uid != tc.uid {
+			t.Errorf("%s: identity = %d, %d, want %d, %d", tc.name, pid, uid, tc.pid, tc.uid)
 		}
 	}
 }

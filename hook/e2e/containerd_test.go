@@ -17,6 +17,7 @@ import (
 	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/tests/testenv"
 )
 
 // spy is a runc stand-in placed on both sides of muxflow-runtime: it copies the bundle's
@@ -57,7 +58,7 @@ func startContainerd(t *testing.T) *containerdEnv {
 	e.outDir = filepath.Join(e.dir, "out")
 	must(t, os.MkdirAll(e.outDir, 0o755))
 	e.rootfs = busyboxRootfs(t, e.dir)
-	addDynamicProgram(t, e.rootfs, "/usr/bin/true")
+	testenv.AddDynamicProgram(t, e.rootfs, "/usr/bin/true", "/usr/bin/dyn")
 
 	// containerd's own default config, edited by `muxctl runtime configure`.
 	def, err := exec.Command(containerd, "config", "default").Output()

@@ -190,28 +190,3 @@ __attribute__((constructor)) static void loaded(void) {
 	}
 	return lib
 }
-
-// addDynamicProgram copies a dynamically linked program and the libraries ldd names into
-// rootfs at the same paths, as /usr/bin/dyn.
-func addDynamicProgram(t testing.TB, rootfs, program string) {
-	t.Helper()
-	out, err := exec.Command(lookTool(t, "ldd"), program).Output()
-	if err != nil {
-		t.Fatalf("ldd %s: %v", program, err)
-	}
-	copyFile := func(src, dst string) {
-		data, err := os.ReadFile(src) // follows symlinks: the container gets the real file
-		must(t, err)
-		must(t, os.MkdirAll(filepath.Dir(dst), 0o755))
-		must(t, os.WriteFile(dst, data, 0o755))
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		for _, w := range f {
-			if strings.HasPrefix(w, "/") {
-				copyFile(w, filepath.Join(rootfs, w))
-			}
-		}
-	}
-	copyFile(program, filepath.Join(rootfs, "usr", "bin", "dyn"))
-}

@@ -30,28 +30,9 @@ func TestUnhealthyGPUStopsOfflineContainerThroughContainerd(t *testing.T) {
 	ctx := context.Background()
 	const ns = "muxflow-e2e"
 
-	start := func(id string, class api.Class, script string) int {
-		if out, err := cd.Ctr(ctx, ns, "run", "-d", "--rootfs", rootfs, id, "/bin/sh", "-c", script); err != nil {
-			t.Fatalf("ctr run %s: %v\n%s", id, err, out)
-		}
-		t.Cleanup(func() {
-			cd.Ctr(ctx, ns, "task", "kill", "-s", "SIGKILL", id)
-			time.Sleep(200 * time.Millisecond)
-			cd.Ctr(ctx, ns, "task", "delete", "-f", id)
-			cd.Ctr(ctx, ns, "container", "delete", id)
-		})
-		pid := taskPID(t, cd, ns, id)
-		if _, err := n.client.Register(ctx, api.RegisterRequest{ID: id, Class: class, GPUs: []string{"0"}, Namespace: ns}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := n.client.Start(ctx, id, pid); err != nil {
-			t.Fatal(err)
-		}
-		return pid
-	}
 	// The offline container ignores nothing: SIGTERM ends it (as libxcuda's drain would).
-	start("online-svc", api.Online, "exec sleep 600")
-	start("offline-job", api.Offline, "trap 'exit 0' TERM; while :; do sleep 0.1; done")
+	startContainer(t, n, cd, ns, "online-svc", api.Online, []string{"--rootfs", rootfs}, "/bin/sh", "-c", "exec sleep 600")
+	startContainer(t, n, cd, ns, "offline-job", api.Offline, []string{"--rootfs", rootfs}, "/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done")
 
 	if err := n.sim.SetPowerLimit(ctx, 0, 80); err != nil {
 		t.Fatal(err)
@@ -77,6 +58,33 @@ func TestUnhealthyGPUStopsOfflineContainerThroughContainerd(t *testing.T) {
 	if !strings.Contains(string(data), `"msg":"evicted offline work","part":"evict","id":"offline-job"`) || strings.Contains(string(data), "eviction failed") {
 		t.Errorf("muxd did not stop the container through containerd cleanly:\n%s", tail(string(data), 20))
 	}
+}
+
+// startContainer runs a detached container through containerd (runArgs go to `ctr run`
+// before the id: mounts and environment, then "--rootfs", DIR), registers it with muxd
+// as class on GPU 0 and reports its host pid, as muxflow-runtime does; the container is
+// removed when the test ends. It returns the host pid.
+func startContainer(t *testing.T, n *node, cd *testenv.Containerd, ns, id string, class api.Class, runArgs []string, args ...string) int {
+	t.Helper()
+	ctx := context.Background()
+	run := append(append(append([]string{"run", "-d"}, runArgs...), id), args...)
+	if out, err := cd.Ctr(ctx, ns, run...); err != nil {
+		t.Fatalf("ctr run %s: %v\n%s", id, err, out)
+	}
+	t.Cleanup(func() {
+		cd.Ctr(ctx, ns, "task", "kill", "-s", "SIGKILL", id)
+		time.Sleep(200 * time.Millisecond)
+		cd.Ctr(ctx, ns, "task", "delete", "-f", id)
+		cd.Ctr(ctx, ns, "container", "delete", id)
+	})
+	pid := taskPID(t, cd, ns, id)
+	if _, err := n.client.Register(ctx, api.RegisterRequest{ID: id, Class: class, GPUs: []string{"0"}, Namespace: ns}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.client.Start(ctx, id, pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 func taskPID(t *testing.T, cd *testenv.Containerd, ns, id string) int {

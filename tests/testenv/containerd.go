@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -103,4 +104,35 @@ func BusyboxRootfs(t testing.TB, dir string) string {
 		}
 	}
 	return root
+}
+
+// AddDynamicProgram copies a dynamically linked program into rootfs as dst, and the
+// libraries ldd names (the dynamic loader included) at their own paths, so that it runs
+// in a container built by BusyboxRootfs.
+func AddDynamicProgram(t testing.TB, rootfs, program, dst string) {
+	t.Helper()
+	out, err := exec.Command(Tool(t, "ldd"), program).Output()
+	if err != nil {
+		t.Fatalf("testenv: ldd %s: %v", program, err)
+	}
+	copyFile := func(src, dst string) {
+		data, err := os.ReadFile(src) // follows symlinks: the container gets the real file
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, w := range strings.Fields(line) {
+			if strings.HasPrefix(w, "/") {
+				copyFile(w, filepath.Join(rootfs, w))
+			}
+		}
+	}
+	copyFile(program, filepath.Join(rootfs, dst))
 }
