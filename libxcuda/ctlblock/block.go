@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -115,21 +116,48 @@ type Usage struct {
 var ErrInvalid = errors.New("invalid control block")
 
 // Block is an open control block. Its methods are safe for concurrent use.
+//
+// The two files are handled differently because they have different owners. The limits
+// file is muxd's: created by it, owned by root, mounted read-only into the container, so
+// no container can change its size; muxd maps it and stores limits with atomic writes.
+// The usage file is the container's: libxcuda maps it read-write, and a container can
+// truncate it, fill it with garbage or zero its magic. muxd therefore never maps it (a
+// mapping of a file whose size someone else controls dies of SIGBUS when the file
+// shrinks) and never trusts it: every read is one pread(2) of the whole page into a
+// private buffer, which is then validated and clamped (see ParseUsage). A short read is
+// just a corrupt block. A sealed memfd (F_SEAL_SHRINK) would also remove the SIGBUS, but
+// it cannot be bind-mounted into a container by path, it would tie the block's life to
+// muxd's process (a muxd restart could not reattach to the block a running job has), and
+// it would still leave every value to be validated; pread costs one 13 KiB copy per
+// container per guard period.
 type Block struct {
-	dir    string
+	dir   string
+	ident Identity
+
+	mu     sync.RWMutex // write-held by Close; guards the fields below
 	limMem []byte
-	useMem []byte
 	lim    *rawLimits
-	use    *rawUsage
+	usage  *os.File
+}
+
+// Identity names the inodes of a block's two files. A running process keeps the inodes
+// it mapped whatever happens to the names, so a block is these inodes: muxd reattaches
+// to them after a restart and never creates a second block beside them.
+type Identity struct {
+	LimitsDev, LimitsIno uint64
+	UsageDev, UsageIno   uint64
 }
 
 // Dir is the host directory holding the block's two files.
 func (b *Block) Dir() string { return b.dir }
 
-// Create makes a new block in dir (created if needed, mode 0755) with the
-// given limits; it fails if a block already exists there (use Open).
-// The usage file is world-writable because container processes may run as
-// any user; the limits file is writable by its owner (muxd) only.
+// Identity returns the inodes of the block's files as they were opened.
+func (b *Block) Identity() Identity { return b.ident }
+
+// Create makes a new block in dir (created if needed, mode 0755) with the given limits;
+// it fails if a block already exists there (use Open or Attach). Both files belong to
+// the calling user (muxd); the limits file is mode 0644, the usage file 0600 until
+// SetUsageOwner gives it to the container's user.
 func Create(dir string, l Limits) (*Block, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("create control block in %s: %w", dir, err)
@@ -137,55 +165,166 @@ func Create(dir string, l Limits) (*Block, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create control block directory: %w", err)
 	}
-	var lim rawLimits
-	lim.Hdr = rawHeader{Magic: LimitsMagic, Version: Version, Size: uint32(unsafe.Sizeof(lim))}
-	fillLimits(&lim, l)
-	var use rawUsage
-	use.Hdr = rawHeader{Magic: UsageMagic, Version: Version, Size: uint32(unsafe.Sizeof(use))}
-	if err := writeNew(filepath.Join(dir, LimitsFile), bytesOf(&lim), 0o644); err != nil {
+	if err := writeNew(filepath.Join(dir, LimitsFile), newLimitsBytes(l), 0o644); err != nil {
 		return nil, err
 	}
-	if err := writeNew(filepath.Join(dir, UsageFile), bytesOf(&use), 0o666); err != nil {
+	if err := writeNew(filepath.Join(dir, UsageFile), newUsageBytes(), 0o600); err != nil {
 		os.Remove(filepath.Join(dir, LimitsFile))
 		return nil, err
 	}
 	return Open(dir)
 }
 
-// Open maps an existing block read-write (muxd after a restart).
-func Open(dir string) (*Block, error) {
-	b := &Block{dir: dir}
-	var err error
-	if b.limMem, err = mapFile(filepath.Join(dir, LimitsFile), int(unsafe.Sizeof(rawLimits{}))); err != nil {
+func newLimitsBytes(l Limits) []byte {
+	var lim rawLimits
+	lim.Hdr = rawHeader{Magic: LimitsMagic, Version: Version, Size: uint32(unsafe.Sizeof(lim))}
+	fillLimits(&lim, l)
+	return append([]byte(nil), bytesOf(&lim)...)
+}
+
+func newUsageBytes() []byte {
+	var use rawUsage
+	use.Hdr = rawHeader{Magic: UsageMagic, Version: Version, Size: uint32(unsafe.Sizeof(use))}
+	return append([]byte(nil), bytesOf(&use)...)
+}
+
+// Attach opens the block in dir, whatever state its usage file is in, creating only what
+// is missing: the block a running process has mapped is reattached, never replaced. A
+// limits file that is missing its header (only root can do that) is rewritten in place
+// with l, keeping its inode; a usage file that is corrupt stays as it is and every
+// Snapshot reports why (it is the container's own doing). With no files at all it is
+// Create.
+func Attach(dir string, l Limits) (*Block, error) {
+	lp, up := filepath.Join(dir, LimitsFile), filepath.Join(dir, UsageFile)
+	_, lerr := os.Lstat(lp)
+	_, uerr := os.Lstat(up)
+	if errors.Is(lerr, os.ErrNotExist) && errors.Is(uerr, os.ErrNotExist) {
+		return Create(dir, l)
+	}
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("attach control block in %s: %w", dir, err)
+	}
+	if errors.Is(lerr, os.ErrNotExist) {
+		if err := writeNew(lp, newLimitsBytes(l), 0o644); err != nil {
+			return nil, err
+		}
+	} else if err := repairLimits(lp, l); err != nil {
 		return nil, err
 	}
-	if b.useMem, err = mapFile(filepath.Join(dir, UsageFile), int(unsafe.Sizeof(rawUsage{}))); err != nil {
-		syscall.Munmap(b.limMem)
+	if errors.Is(uerr, os.ErrNotExist) {
+		if err := writeNew(up, newUsageBytes(), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return Open(dir)
+}
+
+// repairLimits rewrites a limits file whose header or size is wrong, in place.
+func repairLimits(path string, l Limits) error {
+	f, err := openRegular(path, os.O_RDWR)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	want := newLimitsBytes(l)
+	have := make([]byte, len(want))
+	n, _ := f.ReadAt(have, 0)
+	var h rawHeader
+	copy(bytesOf(&h), have)
+	if n == len(want) && h.Magic == LimitsMagic && h.Version >= 1 && h.Version <= Version {
+		return nil
+	}
+	if _, err := f.WriteAt(want, 0); err != nil {
+		return fmt.Errorf("repair control block file %s: %w", path, err)
+	}
+	return nil
+}
+
+// SetUsageOwner gives the usage file in dir to the container's user (host uid and gid,
+// after any user-namespace mapping), mode 0600: only that user and root can write it, so
+// no other container or local user can change, truncate or forge a container's usage.
+func SetUsageOwner(dir string, uid, gid int) error {
+	f, err := openRegular(filepath.Join(dir, UsageFile), os.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Chown(uid, gid); err != nil {
+		return fmt.Errorf("give the usage file in %s to uid %d: %w", dir, uid, err)
+	}
+	if err := f.Chmod(0o600); err != nil {
+		return fmt.Errorf("restrict the usage file in %s: %w", dir, err)
+	}
+	return nil
+}
+
+// openRegular opens path without following a symlink and checks it is a regular file.
+func openRegular(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open control block file: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat control block file: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("control block file %s is not a regular file: %w", path, ErrInvalid)
+	}
+	return f, nil
+}
+
+func identityOf(f *os.File) (dev, ino uint64) {
+	if st, err := f.Stat(); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			return uint64(sys.Dev), sys.Ino
+		}
+	}
+	return 0, 0
+}
+
+// Open attaches to an existing block: maps its limits file read-write (muxd after a
+// restart) and opens its usage file for reading. It fails when the limits file is not a
+// valid one; the usage file's content is checked by each Snapshot, not here, so that a
+// container that broke its own usage file is still found (and evicted) by muxd.
+func Open(dir string) (*Block, error) {
+	b := &Block{dir: dir}
+	lf, err := openRegular(filepath.Join(dir, LimitsFile), os.O_RDWR)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	b.ident.LimitsDev, b.ident.LimitsIno = identityOf(lf)
+	if b.limMem, err = mapFile(lf, int(unsafe.Sizeof(rawLimits{}))); err != nil {
 		return nil, err
 	}
 	b.lim = (*rawLimits)(unsafe.Pointer(&b.limMem[0]))
-	b.use = (*rawUsage)(unsafe.Pointer(&b.useMem[0]))
 	if h := b.lim.Hdr; h.Magic != LimitsMagic || h.Version < 1 {
 		b.Close()
 		return nil, fmt.Errorf("open control block %s: limits file has magic %#x version %d: %w", dir, h.Magic, h.Version, ErrInvalid)
 	}
-	if h := b.use.Hdr; h.Magic != UsageMagic || h.Version < 1 {
+	if b.usage, err = openRegular(filepath.Join(dir, UsageFile), os.O_RDONLY); err != nil {
 		b.Close()
-		return nil, fmt.Errorf("open control block %s: usage file has magic %#x version %d: %w", dir, h.Magic, h.Version, ErrInvalid)
+		return nil, err
 	}
+	b.ident.UsageDev, b.ident.UsageIno = identityOf(b.usage)
 	return b, nil
 }
 
 // Close unmaps the block; the files stay (Remove deletes them).
 func (b *Block) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var errs []error
 	if b.limMem != nil {
 		errs = append(errs, syscall.Munmap(b.limMem))
 		b.limMem, b.lim = nil, nil
 	}
-	if b.useMem != nil {
-		errs = append(errs, syscall.Munmap(b.useMem))
-		b.useMem, b.use = nil, nil
+	if b.usage != nil {
+		errs = append(errs, b.usage.Close())
+		b.usage = nil
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close control block %s: %w", b.dir, err)
@@ -202,11 +341,19 @@ func (b *Block) Remove() error {
 	return cerr
 }
 
+// ErrClosed is returned by a closed block.
+var ErrClosed = errors.New("control block is closed")
+
 // SetLimits publishes new limits. Each field becomes visible atomically;
 // the generation counter lets readers that need the whole set retry.
 func (b *Block) SetLimits(l Limits) error {
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("set limits in %s: %w", b.dir, err)
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.lim == nil {
+		return fmt.Errorf("set limits in %s: %w", b.dir, ErrClosed)
 	}
 	g := atomic.AddUint64(&b.lim.Generation, 1) // odd: writing
 	if g%2 == 0 {
@@ -220,7 +367,13 @@ func (b *Block) SetLimits(l Limits) error {
 
 // Limits reads the current limits as one consistent set. Per-device slices
 // come back without trailing zero (no limit) entries, nil when none is set.
+// A closed block reports zero limits.
 func (b *Block) Limits() Limits {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.lim == nil {
+		return Limits{}
+	}
 	for i := 0; ; i++ {
 		g1 := atomic.LoadUint64(&b.lim.Generation)
 		l := loadLimits(b.lim)
@@ -234,59 +387,34 @@ func (b *Block) Limits() Limits {
 	}
 }
 
-// Usage returns a snapshot of the container's usage.
-func (b *Block) Usage() Usage {
-	u := b.use
-	out := Usage{
-		Heartbeat:     unixNano(atomic.LoadUint64(&u.HeartbeatNS)),
-		Launches:      atomic.LoadUint64(&u.Launches),
-		Throttled:     time.Duration(atomic.LoadUint64(&u.ThrottledNS)),
-		GPUTime:       time.Duration(atomic.LoadUint64(&u.GPUTimeNS)),
-		InFlight:      atomic.LoadUint32(&u.InFlight),
-		OOMDenials:    atomic.LoadUint32(&u.OOMDenials),
-		StickyErrors:  atomic.LoadUint32(&u.StickyErrors),
-		LastSticky:    atomic.LoadUint32(&u.LastSticky),
-		LastStickyAt:  unixNano(atomic.LoadUint64(&u.LastStickyNS)),
-		ReservedBytes: make([]uint64, MaxDevices),
-		PeakBytes:     make([]uint64, MaxDevices),
+// Snapshot reads the container's usage: one pread of the usage page into a private
+// buffer, validated and clamped by ParseUsage. The error (ErrCorrupt, with every reason)
+// says the container's usage file is not what libxcuda writes; the Usage returned with
+// it holds the clamped values when the header was sound.
+func (b *Block) Snapshot() (Usage, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.usage == nil {
+		return Usage{}, fmt.Errorf("read usage in %s: %w", b.dir, ErrClosed)
 	}
-	for d := range MaxDevices {
-		out.ReservedBytes[d] = atomic.LoadUint64(&u.ReservedBytes[d])
-		out.PeakBytes[d] = atomic.LoadUint64(&u.PeakBytes[d])
-	}
-	out.ReservedBytes = trimZeros(out.ReservedBytes)
-	out.PeakBytes = trimZeros(out.PeakBytes)
-	for i := range u.Procs {
-		p := &u.Procs[i]
-		pid := atomic.LoadInt32(&p.PID)
-		if pid == 0 {
-			continue
-		}
-		pu := ProcUsage{
-			PID:           pid,
-			Draining:      atomic.LoadUint32(&p.Flags)&procDraining != 0,
-			Heartbeat:     unixNano(atomic.LoadUint64(&p.HeartbeatNS)),
-			Launches:      atomic.LoadUint64(&p.Launches),
-			Throttled:     time.Duration(atomic.LoadUint64(&p.ThrottledNS)),
-			ReservedBytes: make([]uint64, MaxDevices),
-		}
-		for d := range MaxDevices {
-			pu.ReservedBytes[d] = atomic.LoadUint64(&p.ReservedBytes[d])
-		}
-		pu.ReservedBytes = trimZeros(pu.ReservedBytes)
-		out.Procs = append(out.Procs, pu)
-	}
-	return out
+	return readUsage(b.usage)
 }
 
-// ReadUsage opens the block in dir, snapshots its usage and closes it.
+// Usage returns a snapshot of the container's usage, zero when the usage file is
+// corrupt (Snapshot says why).
+func (b *Block) Usage() Usage {
+	u, _ := b.Snapshot()
+	return u
+}
+
+// ReadUsage reads and validates the usage file in dir (muxctl, tests).
 func ReadUsage(dir string) (Usage, error) {
-	b, err := Open(dir)
+	f, err := openRegular(filepath.Join(dir, UsageFile), os.O_RDONLY)
 	if err != nil {
 		return Usage{}, err
 	}
-	defer b.Close()
-	return b.Usage(), nil
+	defer f.Close()
+	return readUsage(f)
 }
 
 func fillLimits(r *rawLimits, l Limits) {
@@ -367,22 +495,17 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-func mapFile(path string, size int) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open control block file: %w", err)
-	}
-	defer f.Close()
+func mapFile(f *os.File, size int) ([]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat control block file: %w", err)
 	}
 	if st.Size() < int64(size) {
-		return nil, fmt.Errorf("control block file %s has %d bytes, want at least %d: %w", path, st.Size(), size, ErrInvalid)
+		return nil, fmt.Errorf("control block file %s has %d bytes, want at least %d: %w", f.Name(), st.Size(), size, ErrInvalid)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("map control block file %s: %w", path, err)
+		return nil, fmt.Errorf("map control block file %s: %w", f.Name(), err)
 	}
 	return mem, nil
 }

@@ -88,8 +88,8 @@ func TestCreateSetReadRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o666 {
-		t.Errorf("usage file mode %v, want 0666", fi.Mode().Perm())
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("usage file mode %v, want 0600 (writable by its owner only)", fi.Mode().Perm())
 	}
 }
 
@@ -101,14 +101,21 @@ func TestUsageSnapshot(t *testing.T) {
 	}
 	defer b.Close()
 	// Simulate what libxcuda writes.
-	b.use.Launches = 42
-	b.use.ReservedBytes[1] = 100
-	b.use.PeakBytes[1] = 150
-	b.use.OOMDenials = 3
-	b.use.Procs[5].PID = 77
-	b.use.Procs[5].Flags = procDraining
-	b.use.Procs[5].Launches = 40
-	b.use.Procs[5].ReservedBytes[1] = 100
+	r := NewRawUsage()
+	r.Launches = 42
+	r.ReservedBytes[1] = 100
+	r.PeakBytes[1] = 150
+	r.OOMDenials = 3
+	r.Procs[5].PID = 77
+	r.Procs[5].Flags = procDraining
+	r.Procs[5].Launches = 40
+	r.Procs[5].ReservedBytes[1] = 100
+	if err := WriteRawUsage(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(b.Usage(), mustRead(t, dir)); diff != "" {
+		t.Errorf("Block.Usage and ReadUsage differ:\n%s", diff)
+	}
 	got, err := ReadUsage(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -164,4 +171,13 @@ func TestRemove(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("block directory still there: %v", err)
 	}
+}
+
+func mustRead(t *testing.T, dir string) Usage {
+	t.Helper()
+	u, err := ReadUsage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -7,7 +7,7 @@ package ctlblock
 
 // Sizes and limits shared with the C header.
 const (
-	Version            = 1
+	Version            = 2
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -72,6 +72,8 @@ type rawUsage struct {
 	StickyErrors   uint32             `c:"sticky_errors"`
 	LastSticky     uint32             `c:"last_sticky"`
 	LastStickyNS   uint64             `c:"last_sticky_ns"`
-	Reserved       [14]uint64         `c:"reserved"`
+	MemLock        uint32             `c:"mem_lock"`
+	MemRecoveries  uint32             `c:"mem_recoveries"`
+	Reserved       [13]uint64         `c:"reserved"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
 }

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 1u
+#define XCUDA_CTL_VERSION 2u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -97,7 +97,14 @@ typedef struct xcuda_usage {
     uint32_t sticky_errors;    /* how many */
     uint32_t last_sticky;      /* the latest CUresult */
     uint64_t last_sticky_ns;   /* CLOCK_REALTIME ns when it was seen */
-    uint64_t reserved[14];
+    /* Version 2: the memory-accounting lock. Every change of reserved_bytes (the
+     * shared counters and the per-process ones) happens while holding it, so a
+     * process killed mid-change leaves the lock held by a dead pid; whoever takes
+     * it next recomputes each shared counter as the sum of the per-process ones
+     * (which are the truth) before going on. Never taken on the launch path. */
+    uint32_t mem_lock;         /* pid of the holder, 0 = free */
+    uint32_t mem_recoveries;   /* locks taken over from a dead holder */
+    uint64_t reserved[13];
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
 

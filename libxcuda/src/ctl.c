@@ -104,9 +104,80 @@ static int pid_alive(int pid)
 static void sub_sat(uint64_t *p, uint64_t v)
 {
     uint64_t cur = XC_LOAD(p);
-    while (!__atomic_compare_exchange_n(p, &cur, cur > v ? cur - v : 0, 1, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED)) {
+    XC_STORE(p, cur > v ? cur - v : 0);
+}
+
+/* Memory accounting changes two counters per operation (the container's shared one
+ * and this process's own), and no single atomic instruction covers both. A process
+ * killed between the two used to leave them disagreeing, and the reclaim of its slot
+ * then returned the same bytes twice (the cap was exceeded by what it was freeing).
+ * So every change happens under mem_lock, a pid-owned lock in the usage page: a
+ * process killed inside leaves the lock held by a dead pid, and whoever takes the
+ * lock over recomputes each shared counter as the sum of the per-process counters,
+ * which are the truth, before going on. The critical sections are a few stores and
+ * never contain a driver call; the launch path never takes the lock. */
+static void recount_locked(void)
+{
+    for (int d = 0; d < XCUDA_MAX_DEVICES; d++) {
+        uint64_t sum = 0;
+        for (int i = 0; i < XCUDA_MAX_PROCS; i++) {
+            uint64_t b = XC_LOAD(&xc.use->procs[i].reserved_bytes[d]);
+            sum = sum + b < sum ? UINT64_MAX : sum + b;
+        }
+        XC_STORE(&xc.use->reserved_bytes[d], sum);
     }
+    XC_ADD(&xc.use->mem_recoveries, 1);
+    xc_log("memory-accounting lock taken over from a dead process: counters recounted");
+}
+
+void xc_mem_lock(void)
+{
+    uint32_t *lk = &xc.use->mem_lock;
+    uint32_t me = (uint32_t)xc.pid;
+    for (unsigned spins = 1;; spins++) {
+        uint32_t cur = 0;
+        if (__atomic_compare_exchange_n(lk, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return;
+        /* Held by another thread of this process, or by a process that may have died
+         * inside: check the latter now and then. */
+        if (cur != me && spins % 64 == 0 && !pid_alive((int)cur) &&
+            __atomic_compare_exchange_n(lk, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            recount_locked();
+            return;
+        }
+        if (spins < 128) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            xc_sleep_ns(20000);
+        }
+    }
+}
+
+void xc_mem_unlock(void)
+{
+    __atomic_store_n(&xc.use->mem_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Returns the reservation of one dead slot; lock held. */
+static uint64_t reap_slot_locked(xcuda_proc *p, int32_t pid)
+{
+    if (XC_LOAD(&p->pid) != pid)
+        return 0;
+    uint64_t freed = 0;
+    for (int d = 0; d < XCUDA_MAX_DEVICES; d++) {
+        uint64_t b = XC_LOAD(&p->reserved_bytes[d]);
+        if (b) {
+            sub_sat(&xc.use->reserved_bytes[d], b);
+            XC_STORE(&p->reserved_bytes[d], 0);
+            freed += b;
+        }
+    }
+    XC_STORE(&p->flags, 0);
+    __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+    xc_log("reclaimed slot of dead pid %d (%llu bytes)", pid, (unsigned long long)freed);
+    return freed;
 }
 
 uint64_t xc_reap_dead_slots(void)
@@ -117,22 +188,12 @@ uint64_t xc_reap_dead_slots(void)
     for (int i = 0; i < XCUDA_MAX_PROCS; i++) {
         xcuda_proc *p = &xc.use->procs[i];
         int32_t pid = XC_LOAD(&p->pid);
-        if (pid <= 0 || pid == xc.pid || pid_alive(pid))
+        /* Negative: a slot an older libxcuda was reclaiming when it died. */
+        if (pid == 0 || pid == xc.pid || (pid > 0 && pid_alive(pid)))
             continue;
-        /* Negative pid marks the slot as being reclaimed by us. */
-        if (!__atomic_compare_exchange_n(&p->pid, &pid, -pid, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_RELAXED))
-            continue;
-        for (int d = 0; d < XCUDA_MAX_DEVICES; d++) {
-            uint64_t b = __atomic_exchange_n(&p->reserved_bytes[d], 0, __ATOMIC_RELAXED);
-            if (b) {
-                sub_sat(&xc.use->reserved_bytes[d], b);
-                freed += b;
-            }
-        }
-        XC_STORE(&p->flags, 0);
-        __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
-        xc_log("reclaimed slot of dead pid %d (%llu bytes)", pid, (unsigned long long)freed);
+        xc_mem_lock();
+        freed += reap_slot_locked(p, pid);
+        xc_mem_unlock();
     }
     return freed;
 }
@@ -176,11 +237,15 @@ void xc_release_slot(void)
     if (p == NULL || xc.use == NULL)
         return;
     xc_flush_launches();
+    xc_mem_lock();
     for (int d = 0; d < XCUDA_MAX_DEVICES; d++) {
-        uint64_t b = __atomic_exchange_n(&p->reserved_bytes[d], 0, __ATOMIC_RELAXED);
-        if (b)
+        uint64_t b = XC_LOAD(&p->reserved_bytes[d]);
+        if (b) {
             sub_sat(&xc.use->reserved_bytes[d], b);
+            XC_STORE(&p->reserved_bytes[d], 0);
+        }
     }
+    xc_mem_unlock();
     XC_STORE(&p->flags, 0);
     __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
     xc.me = NULL;

@@ -110,31 +110,32 @@ static int accounting(int dev)
     return xc.use != NULL && dev >= 0 && dev < XCUDA_MAX_DEVICES;
 }
 
-/* 0: reserved; -1: over the cap. */
+/* 0: reserved; 1: not counted (no process slot and no cap); -1: refused. A process
+ * without a slot (all XCUDA_MAX_PROCS taken by live processes) has nowhere to record
+ * what it holds, so nothing could return it if it died: under a cap it is refused. */
 static int reserve(int dev, uint64_t bytes)
 {
     if (!accounting(dev))
-        return 0;
+        return 1;
     xc_ensure_slot();
     uint64_t *ctr = &xc.use->reserved_bytes[dev];
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t limit = XC_LOAD(&xc.lim->mem_limit[dev]);
+        if (xc.me == NULL)
+            return limit == 0 ? 1 : -1;
+        xc_mem_lock();
         uint64_t cur = XC_LOAD(ctr);
-        for (;;) {
-            if (limit != 0 && (bytes > limit || cur > limit - bytes))
-                break;
-            if (__atomic_compare_exchange_n(ctr, &cur, cur + bytes, 1, __ATOMIC_ACQ_REL,
-                                            __ATOMIC_RELAXED)) {
-                if (xc.me)
-                    XC_ADD(&xc.me->reserved_bytes[dev], bytes);
-                uint64_t now = cur + bytes, peak = XC_LOAD(&xc.use->peak_bytes[dev]);
-                while (now > peak &&
-                       !__atomic_compare_exchange_n(&xc.use->peak_bytes[dev], &peak, now, 1,
-                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-                }
-                return 0;
-            }
+        if (limit == 0 || (bytes <= limit && cur <= limit - bytes)) {
+            uint64_t now = cur + bytes < cur ? UINT64_MAX : cur + bytes;
+            XC_STORE(ctr, now);
+            uint64_t mine = XC_LOAD(&xc.me->reserved_bytes[dev]);
+            XC_STORE(&xc.me->reserved_bytes[dev], mine + bytes < mine ? UINT64_MAX : mine + bytes);
+            if (now > XC_LOAD(&xc.use->peak_bytes[dev]))
+                XC_STORE(&xc.use->peak_bytes[dev], now);
+            xc_mem_unlock();
+            return 0;
         }
+        xc_mem_unlock();
         /* Over the cap: memory of processes that died without exiting may
          * still be counted; reclaim it once and retry. */
         if (attempt == 0 && xc_reap_dead_slots() == 0)
@@ -145,22 +146,22 @@ static int reserve(int dev, uint64_t bytes)
     return -1;
 }
 
+/* Returns a reservation: both counters change in one critical section, so a death
+ * in the middle is repaired by the next holder's recount (see xc_mem_lock). */
 static void unreserve(int dev, uint64_t bytes)
 {
-    if (!accounting(dev) || bytes == 0)
+    if (!accounting(dev) || bytes == 0 || xc.me == NULL)
         return;
+    xc_mem_lock();
+    uint64_t *mine = &xc.me->reserved_bytes[dev];
+    uint64_t have = XC_LOAD(mine);
+    /* Never return more than this process holds: the rest is not its to return. */
+    uint64_t b = bytes < have ? bytes : have;
+    XC_STORE(mine, have - b);
     uint64_t *ctr = &xc.use->reserved_bytes[dev];
     uint64_t cur = XC_LOAD(ctr);
-    while (!__atomic_compare_exchange_n(ctr, &cur, cur > bytes ? cur - bytes : 0, 1,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
-    if (xc.me) {
-        uint64_t *mine = &xc.me->reserved_bytes[dev];
-        cur = XC_LOAD(mine);
-        while (!__atomic_compare_exchange_n(mine, &cur, cur > bytes ? cur - bytes : 0, 1,
-                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-        }
-    }
+    XC_STORE(ctr, cur > b ? cur - b : 0);
+    xc_mem_unlock();
 }
 
 static int current_device(void)
@@ -177,16 +178,19 @@ static int current_device(void)
     do {                                                                      \
         if (XC_PASS())                                                        \
             return (call);                                                    \
-        if (reserve((dev), (bytes)) != 0)                                     \
+        int rv_ = reserve((dev), (bytes));                                    \
+        if (rv_ < 0)                                                          \
             return CUDA_ERROR_OUT_OF_MEMORY;                                  \
         xc_tls_inside = 1;                                                    \
         CUresult r_ = (call);                                                 \
         xc_tls_inside = 0;                                                    \
+        if (rv_ != 0)                                                         \
+            return r_;                                                        \
         if (r_ != CUDA_SUCCESS) {                                             \
             unreserve((dev), (bytes));                                        \
             return r_;                                                        \
         }                                                                     \
-        if (accounting(dev) && track((kind), (uint64_t)(keyexpr), (dev), (bytes)) != 0) \
+        if (track((kind), (uint64_t)(keyexpr), (dev), (bytes)) != 0)          \
             unreserve((dev), (bytes));                                        \
         return r_;                                                            \
     } while (0)
@@ -250,11 +254,14 @@ XC_EXPORT CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
         return CUDA_ERROR_OUT_OF_MEMORY;
     int dev = current_device();
     uint64_t est = (uint64_t)wpad * Height;
-    if (reserve(dev, est) != 0)
+    int rv = reserve(dev, est);
+    if (rv < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     xc_tls_inside = 1;
     CUresult r = real_(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     xc_tls_inside = 0;
+    if (rv != 0)
+        return r;
     if (r != CUDA_SUCCESS) {
         unreserve(dev, est);
         return r;
@@ -271,7 +278,7 @@ XC_EXPORT CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
     } else {
         unreserve(dev, est - actual);
     }
-    if (accounting(dev) && track(K_PTR, *dptr, dev, actual) != 0)
+    if (track(K_PTR, *dptr, dev, actual) != 0)
         unreserve(dev, actual);
     return r;
 }

@@ -171,6 +171,10 @@ void xc_claim_slot(void);
 void xc_ensure_slot(void);
 /* Returns reservations of slots whose process is gone; returns bytes freed. */
 uint64_t xc_reap_dead_slots(void);
+/* The memory-accounting lock of the usage page (see ctl.c): every change of the
+ * reserved_bytes counters happens while holding it. Never on the launch path. */
+void xc_mem_lock(void);
+void xc_mem_unlock(void);
 /* Log to stderr when XCUDA_DEBUG was set at load. */
 void xc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

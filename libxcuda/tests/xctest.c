@@ -8,6 +8,9 @@
  *                                unhooked calls must work, memory view
  *   hold <way> <chunk> [max]     allocate chunks until OOM, wait for stdin
  *                                EOF, free them
+ *   churn <way> <chunk> <n>      allocate n chunks, print "ready", then free
+ *                                and allocate them again forever (to be killed
+ *                                in the middle of a free)
  *   loop <way> <kernel_us> <secs> <graph|kernel>
  *                                launch back to back, print progress
  */
@@ -263,6 +266,25 @@ static int cmd_hold(size_t chunk, long max)
     return 0;
 }
 
+static int cmd_churn(size_t chunk, long n)
+{
+    if (init_ctx() != CUDA_SUCCESS || n <= 0 || n > 1024)
+        return 1;
+    static CUdeviceptr ptrs[1024];
+    for (long i = 0; i < n; i++)
+        if (api.alloc(&ptrs[i], chunk) != CUDA_SUCCESS)
+            return 1;
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) {
+        for (long i = 0; i < n; i++)
+            api.free(ptrs[i]);
+        for (long i = 0; i < n; i++)
+            if (api.alloc(&ptrs[i], chunk) != CUDA_SUCCESS)
+                return 1;
+    }
+}
+
 static int cmd_loop(unsigned kernel_us, double secs, int graph)
 {
     if (graph == 2 && api.coop == NULL)
@@ -421,6 +443,8 @@ int main(int argc, char **argv)
         return cmd_entry(strtoull(argv[3], NULL, 0));
     if (strcmp(argv[1], "hold") == 0 && argc >= 4)
         return cmd_hold(strtoull(argv[3], NULL, 0), argc > 4 ? atol(argv[4]) : 0);
+    if (strcmp(argv[1], "churn") == 0 && argc == 5)
+        return cmd_churn(strtoull(argv[3], NULL, 0), atol(argv[4]));
     if (strcmp(argv[1], "env") == 0) {
         const char *a = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
         const char *p = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");

@@ -1,0 +1,230 @@
+package ctlblock
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// ErrCorrupt classifies a usage file that is not what libxcuda writes: too short, a
+// wrong header, or values no libxcuda can produce. The container owns that file, so a
+// corrupt one is the container's own doing and its fault only.
+var ErrCorrupt = errors.New("corrupt usage block")
+
+// CorruptError lists why a usage block was found corrupt; errors.Is(err, ErrCorrupt).
+type CorruptError struct {
+	// Header is true when the header (size, magic, version) is wrong: nothing in the
+	// block can be read then. Otherwise only values were out of range (and clamped).
+	Header  bool
+	Reasons []string
+}
+
+func (e *CorruptError) Error() string {
+	return "corrupt usage block: " + strings.Join(e.Reasons, "; ")
+}
+
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Bounds on usage values. No libxcuda writes more, whatever the GPU: a value past them
+// is a forged or broken block, and it is clamped to the bound so that sums cannot wrap
+// (16 devices × MaxPlausibleBytes is far below 2⁶⁴).
+const (
+	// MaxPlausibleBytes bounds any byte counter: 1 PiB, thousands of times any GPU's memory.
+	MaxPlausibleBytes = 1 << 50
+	// MaxPlausibleInFlight bounds the launches in flight of a container: every process
+	// slot at the in-flight cap.
+	MaxPlausibleInFlight = MaxProcs * MaxInFlightCap
+	// MaxPlausibleDuration bounds the time counters (throttled, GPU time): 100 years.
+	MaxPlausibleDuration = 100 * 365 * 24 * time.Hour
+	// MaxPID is the kernel's PID_MAX_LIMIT.
+	MaxPID = 1 << 22
+	// FutureSlack is how far ahead of muxd's clock a heartbeat may be (same host clock).
+	FutureSlack = time.Minute
+)
+
+// UsageSize is the size of the usage page this package reads.
+const UsageSize = int(unsafe.Sizeof(rawUsage{}))
+
+// stickyResults are the CUresults libxcuda records as sticky errors (libxcuda/src/sticky.c).
+var stickyResults = map[uint32]bool{
+	214: true, 700: true, 702: true, 714: true, 715: true, 716: true, 717: true,
+	718: true, 719: true, 805: true, 806: true, 807: true, 810: true,
+}
+
+// IsStickyResult reports whether libxcuda would record r as a sticky error.
+func IsStickyResult(r uint32) bool { return stickyResults[r] }
+
+// readUsage preads the whole usage page of f (never maps it) and parses it.
+func readUsage(f *os.File) (Usage, error) {
+	buf := make([]byte, UsageSize)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return Usage{}, fmt.Errorf("read usage file %s: %w", f.Name(), err)
+	}
+	return ParseUsage(buf[:n], time.Now())
+}
+
+// ParseUsage decodes a usage page read from a container's usage file. It never trusts
+// it: a page shorter than the layout, or with a wrong magic, version or size, is
+// corrupt (a zero Usage is returned); every value is checked against what libxcuda can
+// write, clamped into range, and reported. now bounds heartbeats. The returned Usage is
+// always safe to sum and convert.
+func ParseUsage(buf []byte, now time.Time) (Usage, error) {
+	var r rawUsage
+	if len(buf) < UsageSize {
+		return Usage{}, &CorruptError{Header: true, Reasons: []string{
+			fmt.Sprintf("usage file has %d bytes, want %d (truncated?)", len(buf), UsageSize)}}
+	}
+	copy(bytesOf(&r), buf[:UsageSize])
+	var bad []string
+	h := r.Hdr
+	switch {
+	case h.Magic != UsageMagic:
+		bad = append(bad, fmt.Sprintf("magic %#x, want %#x", h.Magic, uint64(UsageMagic)))
+	case h.Version < 1 || h.Version > Version:
+		bad = append(bad, fmt.Sprintf("version %d, want 1..%d", h.Version, Version))
+	case int(h.Size) != UsageSize:
+		bad = append(bad, fmt.Sprintf("header size %d, want %d", h.Size, UsageSize))
+	}
+	if bad != nil {
+		return Usage{}, &CorruptError{Header: true, Reasons: bad}
+	}
+	note := func(format string, a ...any) { bad = append(bad, fmt.Sprintf(format, a...)) }
+	bytesVal := func(what string, v uint64) uint64 {
+		if v > MaxPlausibleBytes {
+			note("%s is %d bytes", what, v)
+			return MaxPlausibleBytes
+		}
+		return v
+	}
+	durVal := func(what string, v uint64) time.Duration {
+		if v > uint64(MaxPlausibleDuration) {
+			note("%s is %d ns", what, v)
+			return MaxPlausibleDuration
+		}
+		return time.Duration(v)
+	}
+	timeVal := func(what string, ns uint64) time.Time {
+		if ns == 0 {
+			return time.Time{}
+		}
+		if ns > math.MaxInt64 || time.Unix(0, int64(ns)).After(now.Add(FutureSlack)) {
+			note("%s %d ns is in the future", what, ns)
+			return now
+		}
+		return time.Unix(0, int64(ns))
+	}
+	out := Usage{
+		Heartbeat:    timeVal("heartbeat", r.HeartbeatNS),
+		Launches:     r.Launches,
+		Throttled:    durVal("throttled time", r.ThrottledNS),
+		GPUTime:      durVal("GPU time", r.GPUTimeNS),
+		InFlight:     r.InFlight,
+		OOMDenials:   r.OOMDenials,
+		StickyErrors: r.StickyErrors,
+		LastSticky:   r.LastSticky,
+		LastStickyAt: timeVal("last sticky error time", r.LastStickyNS),
+	}
+	if out.InFlight > MaxPlausibleInFlight {
+		note("%d launches in flight", out.InFlight)
+		out.InFlight = MaxPlausibleInFlight
+	}
+	if out.StickyErrors > 0 && !IsStickyResult(out.LastSticky) {
+		note("%d sticky errors but the last one, CUDA error %d, is not a sticky error", out.StickyErrors, out.LastSticky)
+	}
+	out.ReservedBytes = make([]uint64, MaxDevices)
+	out.PeakBytes = make([]uint64, MaxDevices)
+	for d := range MaxDevices {
+		out.ReservedBytes[d] = bytesVal(fmt.Sprintf("reserved memory of device %d", d), r.ReservedBytes[d])
+		out.PeakBytes[d] = bytesVal(fmt.Sprintf("peak memory of device %d", d), r.PeakBytes[d])
+	}
+	out.ReservedBytes = trimZeros(out.ReservedBytes)
+	out.PeakBytes = trimZeros(out.PeakBytes)
+	for i := range r.Procs {
+		p := &r.Procs[i]
+		if p.PID == 0 {
+			continue
+		}
+		if p.PID >= MaxPID || p.PID <= -MaxPID {
+			note("process slot %d has pid %d", i, p.PID)
+			continue
+		}
+		if p.PID < 0 {
+			continue // being reclaimed by an older libxcuda
+		}
+		if p.Flags&^procDraining != 0 {
+			note("process slot %d has flags %#x", i, p.Flags)
+		}
+		pu := ProcUsage{
+			PID:           p.PID,
+			Draining:      p.Flags&procDraining != 0,
+			Heartbeat:     timeVal(fmt.Sprintf("heartbeat of slot %d", i), p.HeartbeatNS),
+			Launches:      p.Launches,
+			Throttled:     durVal(fmt.Sprintf("throttled time of slot %d", i), p.ThrottledNS),
+			ReservedBytes: make([]uint64, MaxDevices),
+		}
+		for d := range MaxDevices {
+			pu.ReservedBytes[d] = bytesVal(fmt.Sprintf("reserved memory of slot %d device %d", i, d), p.ReservedBytes[d])
+		}
+		pu.ReservedBytes = trimZeros(pu.ReservedBytes)
+		out.Procs = append(out.Procs, pu)
+	}
+	if bad != nil {
+		return out, &CorruptError{Reasons: bad}
+	}
+	return out, nil
+}
+
+// TotalReserved sums the reserved bytes over devices without wrapping (each entry is
+// already clamped by ParseUsage; the sum saturates anyway).
+func (u Usage) TotalReserved() uint64 {
+	var sum uint64
+	for _, b := range u.ReservedBytes {
+		if sum+b < sum {
+			return math.MaxUint64
+		}
+		sum += b
+	}
+	return sum
+}
+
+// RawUsage is the usage page exactly as xcuda_ctl.h lays it out, for tests and tools
+// that must write what a (possibly hostile) container would.
+type RawUsage = rawUsage
+
+// Bytes is the page as it sits in the file.
+func (r *RawUsage) Bytes() []byte { return append([]byte(nil), bytesOf(r)...) }
+
+// NewRawUsage returns an empty page with a valid header, as Create writes it.
+func NewRawUsage() *RawUsage {
+	var r rawUsage
+	copy(bytesOf(&r), newUsageBytes())
+	return &r
+}
+
+// ReadRawUsage reads the usage page in dir undecoded (short files are zero-padded).
+func ReadRawUsage(dir string) (*RawUsage, error) {
+	data, err := os.ReadFile(dir + "/" + UsageFile)
+	if err != nil {
+		return nil, err
+	}
+	var r rawUsage
+	copy(bytesOf(&r), data)
+	return &r, nil
+}
+
+// WriteRawUsage writes a page over the usage file in dir, in place (the same inode).
+func WriteRawUsage(dir string, r *RawUsage) error {
+	f, err := os.OpenFile(dir+"/"+UsageFile, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteAt(bytesOf(r), 0)
+	return err
+}
