@@ -14,7 +14,10 @@
 //	GET    /v1/policy                    PolicyInfo
 //	POST   /v1/policy/reload                               -> PolicyInfo
 //
-// Errors are returned as an Error body with a 4xx/5xx status.
+// Request bodies are read by DecodeStrict: exact-case keys, no unknown or repeated key,
+// valid UTF-8, one value. Names (namespace, pod) must be printable. Errors are returned as
+// an Error body with a 4xx/5xx status whose message says what is wrong; a refused request
+// changes nothing.
 package api
 
 import (
@@ -90,7 +93,8 @@ type RegisterRequest struct {
 
 // StartRequest is sent by the OCI hook once the container's init process exists.
 type StartRequest struct {
-	// PID is the container's init process as seen from the host. Required, > 0.
+	// PID is the container's init process as seen from the host. Required, > 1: it must
+	// be a live process that is not muxd, an ancestor of muxd or a kernel thread.
 	PID int `json:"pid"`
 }
 
@@ -293,16 +297,26 @@ func (r *RegisterRequest) Validate() error {
 	if r.Limits.SMPercent < 0 || r.Limits.SMPercent > 100 {
 		return fmt.Errorf("%w: limits.sm_percent %d is outside 0..100", ErrInvalid, r.Limits.SMPercent)
 	}
-	if len(r.Namespace) > 256 || len(r.Pod) > 512 {
-		return fmt.Errorf("%w: namespace or pod name is too long", ErrInvalid)
+	if err := ValidateName("namespace", r.Namespace, 256); err != nil {
+		return err
+	}
+	if err := ValidateName("pod", r.Pod, 512); err != nil {
+		return err
 	}
 	return nil
 }
 
-// Validate checks a start report.
+// MaxPID is the kernel's largest pid (PID_MAX_LIMIT on 64-bit systems).
+const MaxPID = 1 << 22
+
+// Validate checks a start report. Pid 1 is init (the host's, or the init of the pid
+// namespace a caller sees): never a container's process as muxd sees it.
 func (r *StartRequest) Validate() error {
-	if r.PID <= 0 || r.PID > 1<<22 {
-		return fmt.Errorf("%w: pid %d is not a valid process id", ErrInvalid, r.PID)
+	switch {
+	case r.PID == 1:
+		return fmt.Errorf("%w: pid 1 is the host's init process, not a container's", ErrInvalid)
+	case r.PID <= 0 || r.PID > MaxPID:
+		return fmt.Errorf("%w: pid %d is not a valid process id (want 2..%d)", ErrInvalid, r.PID, MaxPID)
 	}
 	return nil
 }

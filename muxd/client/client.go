@@ -37,6 +37,9 @@ func New(socket string, timeout time.Duration) *Client {
 		},
 		MaxIdleConns:      2,
 		DisableKeepAlives: false,
+		// muxd closes a keep-alive connection idle for 30 s; dropping ours sooner
+		// keeps a request from being sent on a connection muxd is closing.
+		IdleConnTimeout: 20 * time.Second,
 	}
 	return &Client{socket: socket, http: &http.Client{Transport: tr, Timeout: timeout}}
 }

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/muxflow/muxflow/muxd/api"
@@ -16,13 +15,14 @@ func BenchmarkContainerLifecycle(b *testing.B) {
 	n := startNode(b, b.TempDir())
 	defer n.stop()
 	ctx := context.Background()
+	pid := containerProcess(b)
 	b.ResetTimer()
 	for i := range b.N {
 		id := fmt.Sprintf("bench-%d", i)
 		if _, err := n.client.Register(ctx, api.RegisterRequest{ID: id, Class: api.Offline, GPUs: []string{"0"}}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := n.client.Start(ctx, id, os.Getpid()); err != nil {
+		if _, err := n.client.Start(ctx, id, pid); err != nil {
 			b.Fatal(err)
 		}
 		if err := n.client.Unregister(ctx, id); err != nil {

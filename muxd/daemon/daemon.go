@@ -54,6 +54,39 @@ type Options struct {
 	// NVML is the GPUs' management library (initialised), real or gpusim's adapter; nil
 	// runs muxd without GPUs (registry and API only).
 	NVML nvml.Interface
+	// Timeouts bound the API's connections; zero fields take DefaultTimeouts' values.
+	Timeouts Timeouts
+}
+
+// Timeouts bound how long the API waits for a client (see newAPIServer).
+type Timeouts struct {
+	// Header is how long a client has to send a request's headers.
+	Header time.Duration
+	// Read is how long a client has to send a whole request, body included.
+	Read time.Duration
+	// Write is how long muxd has to handle a request and write the answer.
+	Write time.Duration
+	// Idle is how long a keep-alive connection may wait for its next request.
+	Idle time.Duration
+}
+
+// DefaultTimeouts are the API's timeouts unless Options say otherwise. Every client of the
+// socket is a local program making a short call; these only end connections that hang.
+var DefaultTimeouts = Timeouts{Header: 5 * time.Second, Read: 30 * time.Second, Write: 30 * time.Second, Idle: 30 * time.Second}
+
+func (t Timeouts) orDefault() Timeouts {
+	pick := func(v, def time.Duration) time.Duration {
+		if v > 0 {
+			return v
+		}
+		return def
+	}
+	return Timeouts{
+		Header: pick(t.Header, DefaultTimeouts.Header),
+		Read:   pick(t.Read, DefaultTimeouts.Read),
+		Write:  pick(t.Write, DefaultTimeouts.Write),
+		Idle:   pick(t.Idle, DefaultTimeouts.Idle),
+	}
 }
 
 // Daemon is one muxd.
@@ -64,6 +97,7 @@ type Daemon struct {
 	pol      atomic.Pointer[loadedPolicy]
 	reloadMu sync.Mutex
 	reg      *registry.Registry
+	ids      idLocks            // serialises registry and control-block changes per id
 	exits    *procwatch.Watcher // unregisters containers whose process exits
 	stopping atomic.Bool
 	controls *control.Manager
@@ -222,9 +256,9 @@ func (d *Daemon) nodeInfo() api.NodeInfo {
 
 // Run serves until ctx is cancelled or SIGTERM/SIGINT arrives; SIGHUP reloads the policy.
 func (d *Daemon) Run(ctx context.Context) error {
-	for _, id := range d.reg.Reconcile() {
-		d.forget(id)
-	}
+	// Nothing is served yet: the registry and the control directories are put back in
+	// agreement before the first request.
+	d.reconcile()
 	for _, c := range d.reg.List() {
 		if err := d.controls.Ensure(c, d.policy()); err != nil {
 			d.log.Error("cannot restore control directory", "id", c.ID, "err", err)
@@ -233,6 +267,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.watchExit(c)
 		}
 	}
+	d.removeOrphanControls()
 	defer func() {
 		d.stopping.Store(true)
 		d.exits.Close()
@@ -241,7 +276,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: d.routes(), ConnContext: connContext, ReadHeaderTimeout: 5 * time.Second}
+	srv := d.newAPIServer(d.routes())
+	srv.ConnContext = connContext
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 
@@ -259,7 +295,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		mux.HandleFunc("GET "+api.Prefix+"/node", func(w http.ResponseWriter, r *http.Request) {
 			d.reply(w, "GET /v1/node (tcp)", http.StatusOK, d.nodeReport(), nil)
 		})
-		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		msrv = d.newAPIServer(mux)
 		go func() { errc <- msrv.Serve(mln) }()
 		d.log.Info("serving metrics", "address", mln.Addr().String())
 	}
@@ -326,9 +362,7 @@ loop:
 		case <-watchdog.C:
 			notify(sddaemon.SdNotifyWatchdog)
 		case <-reconcile.C:
-			for _, id := range d.reg.Reconcile() {
-				d.forget(id)
-			}
+			d.reconcile()
 		}
 	}
 	notify(sddaemon.SdNotifyStopping)
@@ -341,7 +375,6 @@ loop:
 	return runErr
 }
 
-// forget releases what muxd holds for a container that is gone.
 // watchExit has the container unregistered when its process exits.
 func (d *Daemon) watchExit(c api.Container) {
 	if err := d.exits.Watch(c.ID, c.PID); err != nil {
@@ -368,11 +401,12 @@ func (d *Daemon) dropExited(id string, pid int) {
 	if d.stopping.Load() {
 		return
 	}
+	defer d.ids.lock(id)()
 	c, err := d.reg.Get(id)
 	if err != nil || c.State != api.StateRunning || c.PID != pid {
 		return
 	}
-	if err := d.unregisterContainer(id, "its process exited"); err != nil && !errors.Is(err, registry.ErrNotFound) {
+	if err := d.unregisterLocked(id, "its process exited"); err != nil && !errors.Is(err, registry.ErrNotFound) {
 		d.log.Error("cannot unregister exited container", "id", id, "err", err)
 	}
 }
@@ -380,6 +414,17 @@ func (d *Daemon) dropExited(id string, pid int) {
 // unregisterContainer removes a container from the registry and releases what muxd
 // holds for it; why is logged.
 func (d *Daemon) unregisterContainer(id, why string) error {
+	if err := api.ValidateID(id); err != nil {
+		return err
+	}
+	defer d.ids.lock(id)()
+	return d.unregisterLocked(id, why)
+}
+
+// unregisterLocked is unregisterContainer for a caller that holds id's lock. The entry
+// goes first: once it is gone nothing hands out the control paths, and a crash between
+// the two steps leaves an orphan directory that the next start removes.
+func (d *Daemon) unregisterLocked(id, why string) error {
 	if err := d.reg.Remove(id); err != nil {
 		return err
 	}
@@ -388,6 +433,27 @@ func (d *Daemon) unregisterContainer(id, why string) error {
 	return nil
 }
 
+// reconcile drops the containers whose process has gone and registrations that never
+// started, each under its id's lock together with its control block.
+func (d *Daemon) reconcile() {
+	for _, s := range d.reg.Stale() {
+		func() {
+			defer d.ids.lock(s.ID)()
+			why, err := d.reg.RemoveStale(s.ID)
+			switch {
+			case errors.Is(err, registry.ErrNotFound) || (err == nil && why == ""):
+				// Unregistered, started again or re-registered meanwhile.
+			case err != nil:
+				d.log.Error("cannot drop stale container", "id", s.ID, "err", err)
+			default:
+				d.forget(s.ID)
+				d.log.Info("dropped stale container", "id", s.ID, "reason", why)
+			}
+		}()
+	}
+}
+
+// forget releases what muxd holds for a container that is gone. Callers hold id's lock.
 func (d *Daemon) forget(id string) {
 	d.exits.Stop(id)
 	if err := d.controls.Remove(id); err != nil {

@@ -21,6 +21,7 @@ import (
 )
 
 type testNode struct {
+	d                   *Daemon
 	dir, socket, policy string
 	client              *client.Client
 	stop                func()
@@ -57,14 +58,24 @@ func startNodeWith(t testing.TB, dir, extra string) *testNode {
 
 func startNodeWithPolicy(t testing.TB, dir, pol string) *testNode {
 	t.Helper()
-	d, err := New(Options{PolicyPath: pol, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return startNodeOptions(t, dir, Options{PolicyPath: pol})
+}
+
+// startNodeOptions runs muxd with opts (PolicyPath set; Log defaults to a silent one).
+func startNodeOptions(t testing.TB, dir string, opts Options) *testNode {
+	t.Helper()
+	pol := opts.PolicyPath
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	d, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	n := &testNode{dir: dir, policy: pol, socket: filepath.Join(dir, "run", "muxd.sock")}
+	n := &testNode{d: d, dir: dir, policy: pol, socket: filepath.Join(dir, "run", "muxd.sock")}
 	n.client = client.New(n.socket, 2*time.Second)
 	n.stop = func() {
 		cancel()
@@ -119,8 +130,9 @@ func TestAPIRegisterListUnregister(t *testing.T) {
 	if _, err := n.client.Register(ctx, req); err != nil {
 		t.Errorf("identical re-register should be idempotent: %v", err)
 	}
-	c, err = n.client.Start(ctx, "job-1", os.Getpid())
-	if err != nil || c.State != api.StateRunning || c.PID != os.Getpid() {
+	pid := containerProcess(t)
+	c, err = n.client.Start(ctx, "job-1", pid)
+	if err != nil || c.State != api.StateRunning || c.PID != pid {
 		t.Fatalf("start: %+v %v", c, err)
 	}
 	list, err := n.client.Containers(ctx)
@@ -164,6 +176,12 @@ func TestAPIRejectsBadInputAndChangesNothing(t *testing.T) {
 	if _, err := n.client.Register(ctx, api.RegisterRequest{ID: "keep", Class: api.Online, GPUs: []string{"0"}}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := n.client.Register(ctx, api.RegisterRequest{ID: "runs", Class: api.Offline, GPUs: []string{"0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.client.Start(ctx, "runs", containerProcess(t)); err != nil {
+		t.Fatal(err)
+	}
 	before, _ := n.client.Containers(ctx)
 	snapshot := func() []string {
 		var files []string
@@ -192,7 +210,23 @@ func TestAPIRejectsBadInputAndChangesNothing(t *testing.T) {
 		{"conflicting re-register", "POST", "/v1/containers", `{"id":"keep","class":"offline","gpus":["0"]}`, 409, "already registered"},
 		{"huge body", "POST", "/v1/containers", `{"id":"` + strings.Repeat("x", 70000) + `"}`, 400, "larger than"},
 		{"start bad pid", "POST", "/v1/containers/keep/start", `{"pid":-1}`, 400, "pid"},
-		{"start unknown", "POST", "/v1/containers/nope/start", fmt.Sprintf(`{"pid":%d}`, os.Getpid()), 404, "not registered"},
+		{"start unknown", "POST", "/v1/containers/nope/start", fmt.Sprintf(`{"pid":%d}`, containerProcess(t)), 404, "not registered"},
+		// Issue 15's JSON probes: each refused with a sentence naming what is wrong.
+		{"upper-case ID", "POST", "/v1/containers", `{"ID":"y","class":"offline","gpus":["0"]}`, 400, `key \"ID\" in the request body must be written \"id\" (keys are case-sensitive)`},
+		{"upper-case CLASS", "POST", "/v1/containers", `{"id":"y","CLASS":"offline","gpus":["0"]}`, 400, `key \"CLASS\" in the request body must be written \"class\"`},
+		{"duplicate key", "POST", "/v1/containers", `{"id":"y","class":"online","class":"offline","gpus":["0"]}`, 400, `key \"class\" appears twice`},
+		{"duplicate id re-registering", "POST", "/v1/containers", `{"id":"keep","class":"online","gpus":["0"],"id":"evil"}`, 400, `key \"id\" appears twice`},
+		{"invalid utf-8 namespace", "POST", "/v1/containers", "{\"id\":\"y\",\"class\":\"offline\",\"gpus\":[\"0\"],\"namespace\":\"k8s\xff\"}", 400, "not valid UTF-8"},
+		{"surrogate namespace", "POST", "/v1/containers", `{"id":"y","class":"offline","gpus":["0"],"namespace":"a\udc00"}`, 400, "unpaired UTF-16 surrogate"},
+		{"newline in pod", "POST", "/v1/containers", `{"id":"y","class":"offline","gpus":["0"],"pod":"default/web\n0"}`, 400, "pod holds the non-printable character U+000A"},
+		{"nul in namespace", "POST", "/v1/containers", `{"id":"y","class":"offline","gpus":["0"],"namespace":"a\u0000"}`, 400, "namespace holds the non-printable character U+0000"},
+		{"start pid 1", "POST", "/v1/containers/keep/start", `{"pid":1}`, 400, "pid 1 is the host's init"},
+		{"restart running with pid 1", "POST", "/v1/containers/runs/start", `{"pid":1}`, 400, "pid 1 is the host's init"},
+		{"start pid 0", "POST", "/v1/containers/keep/start", `{"pid":0}`, 400, "not a valid process id"},
+		{"start muxd itself", "POST", "/v1/containers/keep/start", fmt.Sprintf(`{"pid":%d}`, os.Getpid()), 400, "is muxd itself"},
+		{"start muxd's parent", "POST", "/v1/containers/keep/start", fmt.Sprintf(`{"pid":%d}`, os.Getppid()), 400, "ancestor of muxd"},
+		{"start gone pid", "POST", "/v1/containers/keep/start", `{"pid":4194303}`, 400, "has exited"},
+		{"start upper-case PID", "POST", "/v1/containers/keep/start", `{"PID":5}`, 400, `must be written \"pid\"`},
 		{"get traversal", "GET", "/v1/containers/..%2F..%2Fetc", "", 400, "container id"},
 		{"delete traversal", "DELETE", "/v1/containers/..%2Fkeep", "", 400, "container id"},
 		{"delete unknown", "DELETE", "/v1/containers/nope", "", 404, "not registered"},

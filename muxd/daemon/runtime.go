@@ -87,12 +87,9 @@ func (d *Daemon) runtimeHook(r *http.Request) (int, []byte, error) {
 		if st.Pid <= 0 {
 			return http.StatusBadRequest, nil, fmt.Errorf("container %s: the runtime gave no pid", st.ID)
 		}
-		c, err := d.reg.Start(st.ID, st.Pid)
-		if err != nil {
+		if _, err := d.startContainer(st.ID, st.Pid); err != nil {
 			return statusOf(err, 0), nil, fmt.Errorf("cannot record the start of container %s (pid %d): %w", st.ID, st.Pid, err)
 		}
-		d.log.Info("container started", "id", c.ID, "pid", c.PID, "class", c.Class)
-		d.watchExit(c)
 		return http.StatusNoContent, nil, nil
 	}
 	err = d.unregisterContainer(st.ID, "poststop hook")

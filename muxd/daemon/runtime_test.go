@@ -111,11 +111,12 @@ func TestRuntimeCreateAndHooks(t *testing.T) {
 		t.Errorf("preload file: %q %v", pre, err)
 	}
 
-	state := fmt.Appendf(nil, `{"ociVersion":"1.0.2","id":"job-1","status":"created","pid":%d,"bundle":%q}`, os.Getpid(), bundle)
+	pid := containerProcess(t)
+	state := fmt.Appendf(nil, `{"ociVersion":"1.0.2","id":"job-1","status":"created","pid":%d,"bundle":%q}`, pid, bundle)
 	if code, _, body := post(t, n.socket, api.Prefix+"/runtime/hooks/create-runtime", state); code != http.StatusNoContent {
 		t.Fatalf("create-runtime hook: %d %s", code, body)
 	}
-	if c, err := n.client.Container(ctx, "job-1"); err != nil || c.State != api.StateRunning || c.PID != os.Getpid() {
+	if c, err := n.client.Container(ctx, "job-1"); err != nil || c.State != api.StateRunning || c.PID != pid {
 		t.Fatalf("after create-runtime: %+v %v", c, err)
 	}
 	if code, _, body := post(t, n.socket, api.Prefix+"/runtime/hooks/poststop", state); code != http.StatusNoContent {
@@ -138,6 +139,7 @@ func TestRuntimeEndpointsRejectBadInput(t *testing.T) {
 	ctx := context.Background()
 	bundle := filepath.Join(n.dir, "bundle")
 	gpu := specWith([]string{"NVIDIA_VISIBLE_DEVICES=0"}, nil)
+	pid := containerProcess(t)
 	for _, tc := range []struct {
 		name, path string
 		body       []byte
@@ -152,7 +154,8 @@ func TestRuntimeEndpointsRejectBadInput(t *testing.T) {
 		{"huge spec", createPath("c1", bundle, hook), bytes.Repeat([]byte(" "), prepare.MaxSpecSize+1), 413, "larger than"},
 		{"bad state", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"a/b","pid":1}`), 400, "container id"},
 		{"no pid", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"c1"}`), 400, "gave no pid"},
-		{"unknown container", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"c9","pid":1}`), 404, "c9"},
+		{"unknown container", api.Prefix + "/runtime/hooks/create-runtime", fmt.Appendf(nil, `{"id":"c9","pid":%d}`, pid), 404, "c9"},
+		{"pid 1", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"c9","pid":1}`), 400, "pid 1 is the host's init"},
 		{"unknown hook", api.Prefix + "/runtime/hooks/prestart", []byte(`{"id":"c1","pid":1}`), 404, "no OCI hook"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

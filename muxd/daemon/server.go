@@ -1,11 +1,11 @@
 package daemon
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -44,7 +44,7 @@ func (d *Daemon) routes() http.Handler {
 	handle("GET "+p+"/containers", func(r *http.Request) (int, any, error) {
 		list := d.reg.List()
 		for i := range list {
-			list[i].Usage = d.controls.Usage(list[i].ID)
+			list[i].Usage = d.usage(list[i].ID)
 		}
 		return 200, list, nil
 	})
@@ -52,20 +52,16 @@ func (d *Daemon) routes() http.Handler {
 	handle("GET "+p+"/containers/{id}", func(r *http.Request) (int, any, error) {
 		c, err := d.reg.Get(r.PathValue("id"))
 		if err == nil {
-			c.Usage = d.controls.Usage(c.ID)
+			c.Usage = d.usage(c.ID)
 		}
 		return statusOf(err, 200), c, err
 	})
 	handle("POST "+p+"/containers/{id}/start", func(r *http.Request) (int, any, error) {
 		var req api.StartRequest
 		if err := decodeStrict(r, &req); err != nil {
-			return 400, nil, err
+			return statusOf(err, 0), nil, err
 		}
-		c, err := d.reg.Start(r.PathValue("id"), req.PID)
-		if err == nil {
-			d.log.Info("container started", "id", c.ID, "pid", c.PID, "class", c.Class)
-			d.watchExit(c)
-		}
+		c, err := d.startContainer(r.PathValue("id"), req.PID)
 		return statusOf(err, 200), c, err
 	})
 	handle("DELETE "+p+"/containers/{id}", d.unregister)
@@ -92,7 +88,7 @@ func (d *Daemon) routes() http.Handler {
 func (d *Daemon) register(r *http.Request) (int, any, error) {
 	var req api.RegisterRequest
 	if err := decodeStrict(r, &req); err != nil {
-		return 400, nil, err
+		return statusOf(err, 0), nil, err
 	}
 	c, code, err := d.registerContainer(req)
 	return code, c, err
@@ -108,6 +104,9 @@ func (d *Daemon) registerContainer(req api.RegisterRequest) (api.Container, int,
 	if err := checkAgainstPolicy(&req, d.policy()); err != nil {
 		return api.Container{}, 400, err
 	}
+	// The entry and the control block change together: an unregistration of the same id
+	// cannot run between the two steps (see idLocks).
+	defer d.ids.lock(req.ID)()
 	if req.Class == api.Offline && d.guard != nil {
 		if _, err := d.reg.Get(req.ID); err != nil { // a retry of an admitted one is fine
 			if err := d.guard.Admit(req.GPUs); err != nil {
@@ -119,15 +118,19 @@ func (d *Daemon) registerContainer(req api.RegisterRequest) (api.Container, int,
 	if err != nil {
 		return api.Container{}, statusOf(err, 200), err
 	}
-	if !created {
-		return c, 200, nil
-	}
+	// Also for a repeated registration: a registered container always has its block.
 	if err := d.controls.Ensure(c, d.policy()); err != nil {
+		if !created {
+			return api.Container{}, 500, err
+		}
 		// Without its control block the container cannot be wired: undo the registration.
 		if rerr := d.reg.Remove(c.ID); rerr != nil {
 			d.log.Error("cannot undo registration", "id", c.ID, "err", rerr)
 		}
 		return api.Container{}, 500, err
+	}
+	if !created {
+		return c, 200, nil
 	}
 	d.log.Info("container registered", "id", c.ID, "class", c.Class, "gpus", c.GPUs, "namespace", c.Namespace)
 	return c, 201, nil
@@ -154,21 +157,60 @@ func checkAgainstPolicy(req *api.RegisterRequest, p *policy.Policy) error {
 	return nil
 }
 
-// decodeStrict decodes exactly one JSON object with no unknown fields.
+// decodeStrict reads a JSON request body of at most maxBody bytes with api.DecodeStrict;
+// every endpoint that takes a JSON body goes through it.
 func decodeStrict(r *http.Request, v any) error {
 	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
 	if err != nil {
-		return fmt.Errorf("%w: request body is larger than %d bytes", api.ErrInvalid, maxBody)
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return fmt.Errorf("%w: request body is larger than %d bytes", api.ErrInvalid, maxBody)
+		}
+		return fmt.Errorf("%w: cannot read the request body: %v", api.ErrInvalid, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: malformed JSON body: %v", api.ErrInvalid, err)
+	return api.DecodeStrict(data, v)
+}
+
+// usage reads a container's usage under its id's lock, so that an unregistration cannot
+// unmap the block while it is read.
+func (d *Daemon) usage(id string) *api.Usage {
+	defer d.ids.lock(id)()
+	return d.controls.Usage(id)
+}
+
+// startContainer records a container's host pid and watches the process; the API's
+// /start and the runtime's start report both come here.
+func (d *Daemon) startContainer(id string, pid int) (api.Container, error) {
+	if err := api.ValidateID(id); err != nil {
+		return api.Container{}, err
 	}
-	if dec.More() {
-		return fmt.Errorf("%w: malformed JSON body: data after the object", api.ErrInvalid)
+	if err := plausibleContainerPID(pid); err != nil {
+		return api.Container{}, err
 	}
-	return nil
+	defer d.ids.lock(id)()
+	c, err := d.reg.Start(id, pid)
+	if err != nil {
+		return c, err
+	}
+	d.log.Info("container started", "id", c.ID, "pid", c.PID, "class", c.Class)
+	d.watchExit(c)
+	return c, nil
+}
+
+// newAPIServer is an HTTP server with the API's timeouts: a client that sends its headers
+// too slowly, never finishes its body, or leaves a keep-alive connection idle is cut off,
+// so that idle or stalled connections cannot pile up in muxd.
+func (d *Daemon) newAPIServer(h http.Handler) *http.Server {
+	t := d.opts.Timeouts.orDefault()
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: t.Header,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
 }
 
 func statusOf(err error, ok int) int {

@@ -23,7 +23,15 @@ type Stat struct {
 	PPID int
 	// StartTicks is the start time in clock ticks since boot (field 22).
 	StartTicks uint64
+	// Flags are the kernel's PF_* flags (field 9).
+	Flags uint64
 }
+
+// PFKthread is the flag of a kernel thread (include/linux/sched.h).
+const PFKthread = 0x00200000
+
+// KernelThread reports whether the process is a kernel thread.
+func (s Stat) KernelThread() bool { return s.Flags&PFKthread != 0 }
 
 // Read parses /proc/PID/stat. A missing or exited process gives ErrGone.
 func Read(pid int) (Stat, error) {
@@ -50,10 +58,11 @@ func parse(pid int, s string) (Stat, error) {
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	ticks, err2 := strconv.ParseUint(f[19], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	flags, err3 := strconv.ParseUint(f[6], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return Stat{}, fmt.Errorf("process %d: malformed stat: %w", pid, err)
 	}
-	st.PPID, st.StartTicks = ppid, ticks
+	st.PPID, st.StartTicks, st.Flags = ppid, ticks, flags
 	return st, nil
 }
 

@@ -35,12 +35,25 @@ func TestZombieIsGone(t *testing.T) {
 func TestParse(t *testing.T) {
 	line := "42 (a b) c)) S 7 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 10"
 	st, err := parse(42, line)
-	if err != nil || st.State != 'S' || st.PPID != 7 || st.StartTicks != 12345 {
+	if err != nil || st.State != 'S' || st.PPID != 7 || st.StartTicks != 12345 || st.Flags != 4194560 || st.KernelThread() {
 		t.Errorf("parse: %+v %v", st, err)
 	}
 	for _, bad := range []string{"", "42 no-paren", "42 (x) S 7", "42 (x) S x 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 1 1 1"} {
 		if _, err := parse(42, bad); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
 		}
+	}
+}
+
+func TestKernelThread(t *testing.T) {
+	st, err := Read(2) // kthreadd, wherever muxd's tests run in the host pid namespace
+	if err != nil {
+		t.Skipf("no pid 2 here: %v", err)
+	}
+	if !st.KernelThread() {
+		t.Skip("pid 2 is not kthreadd in this pid namespace")
+	}
+	if self, _ := Read(os.Getpid()); self.KernelThread() {
+		t.Error("this test process reads as a kernel thread")
 	}
 }

@@ -266,38 +266,86 @@ func (r *Registry) Len() int {
 	return len(r.entries)
 }
 
-// Reconcile drops containers whose process has gone (muxd missed their poststop, for
-// example while it was down) and registrations that never started. It returns the ids
-// it dropped, each logged with the reason.
-func (r *Registry) Reconcile() []string {
-	r.mu.Lock()
-	var stale []string
-	reasons := map[string]string{}
-	for id, e := range r.entries {
-		switch e.State {
-		case api.StateRunning:
-			ticks, err := r.procs.StartTicks(e.PID)
-			if err != nil {
-				stale, reasons[id] = append(stale, id), fmt.Sprintf("pid %d has exited", e.PID)
-			} else if e.StartTicks != 0 && ticks != e.StartTicks {
-				stale, reasons[id] = append(stale, id), fmt.Sprintf("pid %d now belongs to another process", e.PID)
-			}
-		case api.StateCreated:
-			if r.now().Sub(e.Registered) > StaleCreated {
-				stale, reasons[id] = append(stale, id), "it never started"
-			}
+// Stale is a container reconciliation would drop, and why.
+type Stale struct {
+	ID, Reason string
+}
+
+// staleReason says why an entry should be dropped, or "" if it should stay. Callers hold r.mu.
+func (r *Registry) staleReason(e *Entry) string {
+	switch e.State {
+	case api.StateRunning:
+		ticks, err := r.procs.StartTicks(e.PID)
+		if err != nil {
+			return fmt.Sprintf("pid %d has exited", e.PID)
+		} else if e.StartTicks != 0 && ticks != e.StartTicks {
+			return fmt.Sprintf("pid %d now belongs to another process", e.PID)
+		}
+	case api.StateCreated:
+		if r.now().Sub(e.Registered) > StaleCreated {
+			return "it never started"
 		}
 	}
-	r.mu.Unlock()
-	sort.Strings(stale)
+	return ""
+}
+
+// Stale lists, sorted by id, the containers whose process has gone (muxd missed their
+// exit, for example while it was down) and registrations that never started. It changes
+// nothing: the caller drops each with RemoveStale, under its own per-id serialisation.
+func (r *Registry) Stale() []Stale {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Stale
+	for id, e := range r.entries {
+		if why := r.staleReason(e); why != "" {
+			out = append(out, Stale{ID: id, Reason: why})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// RemoveStale forgets a container if it is still stale, and returns why; "" (and no
+// error) means it was started again or re-registered meanwhile and stays.
+func (r *Registry) RemoveStale(id string) (reason string, err error) {
+	if err := api.ValidateID(id); err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	if !ok {
+		return "", fmt.Errorf("%w: container %s is not registered", ErrNotFound, id)
+	}
+	why := r.staleReason(e)
+	if why == "" {
+		return "", nil
+	}
+	if err := os.Remove(r.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("remove registry entry %s: %w", id, err)
+	}
+	delete(r.entries, id)
+	return why, nil
+}
+
+// Reconcile drops every stale container (see Stale) and returns the ids it dropped, each
+// logged with the reason. muxd itself drops them one by one under its per-id lock, so
+// that a container's control block goes with its entry.
+func (r *Registry) Reconcile() []string {
 	var dropped []string
-	for _, id := range stale {
-		if err := r.Remove(id); err != nil && !errors.Is(err, ErrNotFound) {
-			r.log.Error("cannot drop stale container", "id", id, "err", err)
+	for _, s := range r.Stale() {
+		why, err := r.RemoveStale(s.ID)
+		if err != nil {
+			if !errors.Is(err, ErrNotFound) {
+				r.log.Error("cannot drop stale container", "id", s.ID, "err", err)
+			}
 			continue
 		}
-		r.log.Info("dropped stale container", "id", id, "reason", reasons[id])
-		dropped = append(dropped, id)
+		if why == "" {
+			continue
+		}
+		r.log.Info("dropped stale container", "id", s.ID, "reason", why)
+		dropped = append(dropped, s.ID)
 	}
 	return dropped
 }

@@ -126,13 +126,13 @@ func TestOpenSkipsDamageAndTempFiles(t *testing.T) {
 
 func TestReconcile(t *testing.T) {
 	dir := t.TempDir()
-	procs := fakeProcs{1: 10, 2: 20, 3: 30}
+	procs := fakeProcs{11: 10, 12: 20, 13: 30}
 	r, _ := Open(dir, procs, quiet)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r.now = func() time.Time { return now }
 	for i, id := range []string{"alive", "exited", "reused"} {
 		r.Add(req(id), api.ControlPaths{})
-		if _, err := r.Start(id, i+1); err != nil {
+		if _, err := r.Start(id, 11+i); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,8 +140,8 @@ func TestReconcile(t *testing.T) {
 	now = now.Add(StaleCreated - time.Minute)
 	r.Add(req("old-created"), api.ControlPaths{})
 	now = now.Add(2 * time.Minute) // "fresh" is now stale, "old-created" is not
-	delete(procs, 2)
-	procs[3] = 31 // pid 3 was recycled by another process
+	delete(procs, 12)
+	procs[13] = 31 // pid 13 was recycled by another process
 	got := r.Reconcile()
 	if diff := cmp.Diff([]string{"exited", "fresh", "reused"}, got); diff != "" {
 		t.Errorf("dropped (-want +got):\n%s", diff)
