@@ -80,7 +80,8 @@ func InitialLimits(c api.Container, p *policy.Policy) ctlblock.Limits {
 	return l
 }
 
-// Ensure creates the container's control block, or reopens the one a previous muxd made.
+// Ensure creates the container's control block, or reattaches to the one a previous muxd
+// made (see ctlblock.Attach).
 func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	if err := api.ValidateID(c.ID); err != nil {
 		return err
@@ -94,16 +95,12 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
 		return fmt.Errorf("control directory for %s is not a directory", c.ID)
 	}
-	b, err := ctlblock.Open(dir)
+	// Attach, never recreate: a running process keeps the inodes it mapped, so a block
+	// whose usage file the container broke is reattached (and reported corrupt by every
+	// read) instead of being replaced by a second one the process never sees.
+	b, err := ctlblock.Attach(dir, InitialLimits(c, p))
 	if err != nil {
-		// Nothing usable there (new container, or a crash between mkdir and write):
-		// start from a clean directory.
-		if rerr := os.RemoveAll(dir); rerr != nil {
-			return fmt.Errorf("reset control block for %s: %w", c.ID, rerr)
-		}
-		if b, err = ctlblock.Create(dir, InitialLimits(c, p)); err != nil {
-			return fmt.Errorf("create control block for %s: %w", c.ID, err)
-		}
+		return fmt.Errorf("attach control block for %s: %w", c.ID, err)
 	}
 	m.blocks[c.ID] = b
 	return nil
@@ -122,6 +119,7 @@ func (m *Manager) Usage(id string) *api.Usage {
 	if b == nil {
 		return nil
 	}
+	// Untrusted: clamped by ctlblock; a corrupt block reports what could be read.
 	u, l := b.Usage(), b.Limits()
 	out := &api.Usage{
 		Launches:     u.Launches,
@@ -134,9 +132,7 @@ func (m *Manager) Usage(id string) *api.Usage {
 		SharePercent: float64(l.ShareBP) / 100,
 		Paused:       l.Paused,
 	}
-	for _, r := range u.ReservedBytes {
-		out.ReservedBytes += r
-	}
+	out.ReservedBytes = u.TotalReserved() // saturating: 16 × 2⁶³ is not 0
 	if !u.Heartbeat.IsZero() {
 		out.Heartbeat = u.Heartbeat.UTC().Truncate(time.Millisecond)
 	}

@@ -102,3 +102,54 @@ func TestEnsureReopenRemove(t *testing.T) {
 		t.Error("Remove accepted a traversal id")
 	}
 }
+
+// Issue 15, probes 4 and 5 at muxd's level: a muxd restart after the container zeroed its
+// usage magic reattaches to the same inodes (the running job keeps getting muxd's limits),
+// and huge reserved counters are not summed into a wrapped number.
+func TestRestartReattachesToACorruptBlock(t *testing.T) {
+	run := t.TempDir()
+	m, err := NewManager(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy.Default()
+	c := ctr("job", api.Offline, api.Limits{SMPercent: 30})
+	if err := m.Ensure(c, p); err != nil {
+		t.Fatal(err)
+	}
+	id := m.Block("job").Identity()
+	dir := m.Paths("job").Dir
+	r := ctlblock.NewRawUsage()
+	for d := range ctlblock.MaxDevices {
+		r.ReservedBytes[d] = 1 << 63
+	}
+	if err := ctlblock.WriteRawUsage(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Usage("job").ReservedBytes; got != ctlblock.MaxDevices*ctlblock.MaxPlausibleBytes {
+		t.Errorf("16 × 2⁶³ reserved shown as %d, want the clamped, unwrapped sum", got)
+	}
+	r.Hdr.Magic = 0
+	if err := ctlblock.WriteRawUsage(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := NewManager(run) // muxd restarts
+	if err := m2.Ensure(c, p); err != nil {
+		t.Fatalf("restart over a zeroed usage magic: %v", err)
+	}
+	if got := m2.Block("job").Identity(); got != id {
+		t.Errorf("block identity %+v after restart, want %+v: a second block was created beside the running one", got, id)
+	}
+	m2.Block("job").SetLimits(ctlblock.Limits{ShareBP: 500})
+	b, err := ctlblock.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Limits().ShareBP != 500 {
+		t.Errorf("the running job's limits inode sees share %d, want 500", b.Limits().ShareBP)
+	}
+	if _, err := m2.Block("job").Snapshot(); err == nil {
+		t.Error("a zeroed usage magic is not reported")
+	}
+}
