@@ -18,6 +18,7 @@ import (
 	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/hook/gpucontainer"
 	"github.com/muxflow/muxflow/hook/wiring"
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -147,6 +148,9 @@ func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte
 	if err != nil {
 		return nil, err
 	}
+	if err := giveUsage(c, s); err != nil {
+		return nil, err
+	}
 	// Modifiers has checked that the control directory is muxd's own.
 	if err := os.WriteFile(preload, []byte(wiring.PreloadContents(image)), 0o644); err != nil {
 		return nil, fmt.Errorf("write the container's ld.so.preload: %w", err)
@@ -155,4 +159,57 @@ func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte
 		return nil, err
 	}
 	return wiring.Patch(req.Spec, s)
+}
+
+// giveUsage makes the container's usage file writable by the container's own user only
+// (and root): libxcuda in the container writes it, nobody else may. The limits file stays
+// muxd's, mounted read-only. A muxd that is not root cannot give files away; it only runs
+// in tests, where containers run as its own user and the file is already theirs.
+func giveUsage(c api.Container, s *specs.Spec) error {
+	uid, gid, err := HostIDs(s)
+	if err != nil {
+		return invalidf("muxflow: GPU container %s: %v", c.ID, err)
+	}
+	if os.Geteuid() != 0 && uid != os.Geteuid() {
+		return nil
+	}
+	return ctlblock.SetUsageOwner(c.Control.Dir, uid, gid)
+}
+
+// HostIDs is the host uid and gid the container's process runs as: the spec's
+// process.user, mapped through the user namespace's id mappings when it has any.
+func HostIDs(s *specs.Spec) (uid, gid int, err error) {
+	var u, g uint32
+	if s.Process != nil {
+		u, g = s.Process.User.UID, s.Process.User.GID
+	}
+	var um, gm []specs.LinuxIDMapping
+	if s.Linux != nil {
+		um, gm = s.Linux.UIDMappings, s.Linux.GIDMappings
+	}
+	hu, ok := mapID(u, um)
+	if !ok {
+		return 0, 0, fmt.Errorf("process uid %d is not mapped by the user namespace", u)
+	}
+	hg, ok := mapID(g, gm)
+	if !ok {
+		return 0, 0, fmt.Errorf("process gid %d is not mapped by the user namespace", g)
+	}
+	return int(hu), int(hg), nil
+}
+
+func mapID(id uint32, m []specs.LinuxIDMapping) (uint32, bool) {
+	if len(m) == 0 {
+		return id, true
+	}
+	for _, r := range m {
+		if id >= r.ContainerID && uint64(id) < uint64(r.ContainerID)+uint64(r.Size) {
+			h := uint64(r.HostID) + uint64(id-r.ContainerID)
+			if h > 1<<32-2 {
+				return 0, false
+			}
+			return uint32(h), true
+		}
+	}
+	return 0, false
 }

@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/muxflow/muxflow/hook/wiring"
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -32,9 +34,14 @@ func (f *fakeRegistry) Register(r api.RegisterRequest) (api.Container, error) {
 	}
 	f.registered = append(f.registered, r)
 	dir := filepath.Join(f.runDir, "c", r.ID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return api.Container{}, err
 	}
+	b, err := ctlblock.Attach(dir, ctlblock.Unlimited())
+	if err != nil {
+		return api.Container{}, err
+	}
+	b.Close()
 	return api.Container{RegisterRequest: r, State: api.StateCreated, Control: api.ControlPaths{Dir: dir, Limits: dir + "/limits", Usage: dir + "/usage"}}, nil
 }
 
@@ -365,5 +372,58 @@ func TestNoHookWhenTheRuntimeReportsThePid(t *testing.T) {
 	}
 	if s.Annotations[wiring.AnnotationWired] != "offline" {
 		t.Errorf("spec not wired: %s", raw)
+	}
+}
+
+// Issue 15, probe 2: usage files were mode 0666, so any local user could write any
+// container's usage. A wired container's usage file belongs to the spec's process user
+// (after user-namespace mapping), mode 0600.
+func TestUsageFileBelongsToTheContainerUser(t *testing.T) {
+	e := newEnv(t)
+	b, spec := e.bundle("b", []string{"NVIDIA_VISIBLE_DEVICES=0"}, map[string]string{"muxflow.io/class": "offline"})
+	var cfg map[string]any
+	must(t, json.Unmarshal(spec, &cfg))
+	cfg["process"].(map[string]any)["user"] = map[string]any{"uid": os.Getuid(), "gid": os.Getgid()}
+	spec, _ = json.Marshal(cfg)
+	c, _, err := e.create("c1", b, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(c.Control.Usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("usage file mode %v, want 0600", fi.Mode().Perm())
+	}
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Getuid() {
+		t.Errorf("usage file owner %d, want the process user %d", st.Uid, os.Getuid())
+	}
+	if fi, _ := os.Stat(c.Control.Limits); fi.Mode().Perm()&0o022 != 0 {
+		t.Errorf("limits file mode %v is writable by others", fi.Mode().Perm())
+	}
+}
+
+func TestHostIDs(t *testing.T) {
+	userns := &specs.Linux{
+		UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}},
+		GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 200000, Size: 65536}},
+	}
+	tests := []struct {
+		name     string
+		s        specs.Spec
+		uid, gid int
+		wantErr  bool
+	}{
+		{"no process user is root", specs.Spec{Process: &specs.Process{}}, 0, 0, false},
+		{"plain", specs.Spec{Process: &specs.Process{User: specs.User{UID: 1000, GID: 50}}}, 1000, 50, false},
+		{"user namespace", specs.Spec{Process: &specs.Process{User: specs.User{UID: 1000, GID: 50}}, Linux: userns}, 101000, 200050, false},
+		{"unmapped", specs.Spec{Process: &specs.Process{User: specs.User{UID: 70000}}, Linux: userns}, 0, 0, true},
+	}
+	for _, tc := range tests {
+		uid, gid, err := HostIDs(&tc.s)
+		if (err != nil) != tc.wantErr || (err == nil && (uid != tc.uid || gid != tc.gid)) {
+			t.Errorf("%s: HostIDs = %d, %d, %v; want %d, %d, err %v", tc.name, uid, gid, err, tc.uid, tc.gid, tc.wantErr)
+		}
 	}
 }
