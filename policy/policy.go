@@ -6,8 +6,11 @@ package policy
 import (
 	_ "embed"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // DefaultTOML is the default policy, commented field by field. It is also installed as
@@ -179,6 +182,38 @@ func (p *Policy) Validate() error {
 	abs := func(key, v string) {
 		if v == "" || !filepath.IsAbs(v) || filepath.Clean(v) != v {
 			add(key, "must be a clean absolute path, got %q", v)
+		} else if msg := printable(v); msg != "" {
+			add(key, "%s, got %q", msg, v)
+		}
+	}
+	// program names a binary: a name looked up in PATH, or a clean absolute path.
+	program := func(key, v, what string) {
+		switch msg := printable(v); {
+		case v == "":
+			add(key, "must name %s", what)
+		case msg != "":
+			add(key, "%s, got %q", msg, v)
+		case strings.ContainsAny(v, " "):
+			add(key, "must name %s without spaces or arguments, got %q", what, v)
+		case strings.Contains(v, "/") && (!filepath.IsAbs(v) || filepath.Clean(v) != v):
+			add(key, "must be a name looked up in PATH or a clean absolute path, got %q", v)
+		}
+	}
+	positive := func(key string, d Duration, why string) {
+		if d.D() <= 0 {
+			add(key, "must be above 0 (%s), got %v", why, d.D())
+		}
+	}
+	if p.Node.Name != "" {
+		if msg := printable(p.Node.Name); msg != "" {
+			add("node.name", "%s, got %q", msg, p.Node.Name)
+		} else if len(p.Node.Name) > 253 || strings.Contains(p.Node.Name, " ") {
+			add("node.name", "must be a node name (at most 253 characters, no spaces) or empty for the hostname, got %q", p.Node.Name)
+		}
+	}
+	if a := p.Node.MetricsAddress; a != "" {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" || printable(a) != "" {
+			add("node.metrics_address", "must be host:port (\":9400\", \"127.0.0.1:9400\") or empty, got %q", a)
 		}
 	}
 	abs("node.state_dir", p.Node.StateDir)
@@ -194,9 +229,7 @@ func (p *Policy) Validate() error {
 	default:
 		add("node.log_level", "must be debug, info, warn or error, got %q", p.Node.LogLevel)
 	}
-	if p.MPS.Control == "" {
-		add("mps.control", "must name the nvidia-cuda-mps-control binary")
-	}
+	program("mps.control", p.MPS.Control, "the nvidia-cuda-mps-control binary")
 	abs("mps.pipe_dir", p.MPS.PipeDir)
 	abs("mps.log_dir", p.MPS.LogDir)
 	if p.MPS.DefaultActiveThreadPercentage < 1 {
@@ -215,8 +248,8 @@ func (p *Policy) Validate() error {
 		"classify.memory_annotation": p.Classify.MemoryAnnotation,
 		"classify.sm_annotation":     p.Classify.SMAnnotation,
 	} {
-		if v == "" || len(v) > 253 || strings.ContainsAny(v, " \t\n=") {
-			add(key, "must be an annotation key like \"muxflow.io/class\", got %q", v)
+		if msg := annotationKey(v); msg != "" {
+			add(key, "must be an annotation key like \"muxflow.io/class\" (%s), got %q", msg, v)
 		}
 	}
 	if p.Classify.Default != "online" && p.Classify.Default != "offline" {
@@ -239,6 +272,7 @@ func (p *Policy) Validate() error {
 	if p.Monitor.Hysteresis < 1 || p.Monitor.Hysteresis > 100 {
 		add("monitor.hysteresis", "must be between 1 and 100 samples, got %d", p.Monitor.Hysteresis)
 	}
+	positive("monitor.recovery", p.Monitor.Recovery, "a GPU back from a fault cools down before offline work returns")
 	if p.Monitor.ThrottledMax.D() < p.Monitor.Period.D() {
 		add("monitor.throttled_max", "must be at least one monitor.period")
 	}
@@ -257,15 +291,14 @@ func (p *Policy) Validate() error {
 	if p.Alloc.GiveBack <= 0 {
 		add("alloc.give_back", "must be above 0%%")
 	}
+	positive("evict.grace", p.Evict.Grace, "with none, SIGKILL follows SIGTERM at once and offline work cannot drain, which is what keeps online work safe")
 	if p.Evict.Grace.D() > 10*60e9 {
 		add("evict.grace", "must be at most 10m, got %v", p.Evict.Grace.D())
 	}
 	if p.Evict.ContainerdAddress != "" {
 		abs("evict.containerd_address", p.Evict.ContainerdAddress)
 	}
-	if p.Hook.Runtime == "" {
-		add("hook.runtime", "must name the OCI runtime (runc or crun)")
-	}
+	program("hook.runtime", p.Hook.Runtime, "the OCI runtime (runc or crun)")
 	abs("hook.libxcuda", p.Hook.LibXCUDA)
 	for key, v := range map[string]string{"hook.online_when_down": p.Hook.OnlineWhenDown, "hook.offline_when_down": p.Hook.OfflineWhenDown} {
 		if v != "unshared" && v != "refuse" {
@@ -279,6 +312,63 @@ func (p *Policy) Validate() error {
 		return nil
 	}
 	return validationErrors(errs)
+}
+
+// printable returns "" if s is valid UTF-8 made of printable characters (no control or
+// format characters: NUL, newline, tab, a bidi override...), else what is wrong.
+func printable(s string) string {
+	if !utf8.ValidString(s) {
+		return "must be valid UTF-8"
+	}
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return fmt.Sprintf("must be printable (it holds %U)", r)
+		}
+	}
+	return ""
+}
+
+// annotationKey checks a Kubernetes annotation key: an optional DNS-subdomain prefix and
+// "/", then a name of 1..63 letters, digits, '-', '_' or '.', starting and ending with a
+// letter or digit. It returns "" or what is wrong.
+func annotationKey(k string) string {
+	if k == "" {
+		return "it is empty"
+	}
+	for _, r := range k {
+		if r == utf8.RuneError || !unicode.IsPrint(r) || r > unicode.MaxASCII {
+			return fmt.Sprintf("it holds %U; only printable ASCII is allowed", r)
+		}
+	}
+	prefix, name, hasPrefix := strings.Cut(k, "/")
+	if !hasPrefix {
+		prefix, name = "", k
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	if hasPrefix {
+		if prefix == "" || len(prefix) > 253 {
+			return "the prefix before '/' must be 1..253 characters"
+		}
+		for _, label := range strings.Split(prefix, ".") {
+			if label == "" || len(label) > 63 || !alnum(label[0]) || !alnum(label[len(label)-1]) {
+				return "the prefix must be a DNS name (lower-case letters, digits, '-' and '.')"
+			}
+			for i := 0; i < len(label); i++ {
+				if c := label[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+					return "the prefix must be a DNS name (lower-case letters, digits, '-' and '.')"
+				}
+			}
+		}
+	}
+	if name == "" || len(name) > 63 || !alnum(name[0]) || !alnum(name[len(name)-1]) {
+		return "the name must be 1..63 characters, starting and ending with a letter or digit"
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !alnum(c) && c != '-' && c != '_' && c != '.' {
+			return "the name may hold only letters, digits, '-', '_' and '.'"
+		}
+	}
+	return ""
 }
 
 // ClassLimits returns the limits of a class by name.

@@ -70,6 +70,28 @@ func TestParseErrors(t *testing.T) {
 		{"bool as int", "[errors]\nrestart_mps = 1\n", []string{"line 2", "errors.restart_mps"}},
 		{"syntax", "[alloc\n", []string{"line", "table name"}},
 		{"duplicate key", "[alloc]\nmode = \"static\"\nmode = \"dynamic\"\n", []string{"line 3", "mode"}},
+		// Issue 15: names must be non-empty and printable, durations above 0 where 0 makes
+		// no sense.
+		{"NUL annotation", "[classify]\n\nsm_annotation = \"\\u0000\"\n", []string{"line 3", "classify.sm_annotation", "U+0000", "printable ASCII"}},
+		{"empty annotation", "[classify]\nmemory_annotation = \"\"\n", []string{"line 2", "classify.memory_annotation", "it is empty"}},
+		{"newline in annotation", "[classify]\nclass_annotation = \"muxflow.io/cl\\nass\"\n", []string{"line 2", "classify.class_annotation", "U+000A"}},
+		{"annotation bad prefix", "[classify]\nclass_annotation = \"Muxflow.IO/class\"\n", []string{"line 2", "classify.class_annotation", "DNS name"}},
+		{"annotation bad name", "[classify]\nclass_annotation = \"muxflow.io/-class\"\n", []string{"line 2", "classify.class_annotation", "starting and ending"}},
+		{"annotation not ASCII", "[classify]\nclass_annotation = \"muxflow.io/klaß\"\n", []string{"line 2", "U+00DF"}},
+		{"NUL in mps.control", "[mps]\ncontrol = \"nvidia\\u0000\"\n", []string{"line 2", "mps.control", "printable"}},
+		{"empty mps.control", "[mps]\ncontrol = \"\"\n", []string{"line 2", "mps.control", "must name"}},
+		{"mps.control with arguments", "[mps]\ncontrol = \"nvidia-cuda-mps-control -d\"\n", []string{"line 2", "mps.control", "without spaces"}},
+		{"relative mps.control path", "[mps]\ncontrol = \"bin/nvidia-cuda-mps-control\"\n", []string{"line 2", "mps.control", "clean absolute path"}},
+		{"newline in hook.runtime", "[hook]\nruntime = \"runc\\n\"\n", []string{"line 2", "hook.runtime", "U+000A"}},
+		{"control character in path", "[node]\nrun_dir = \"/run/mux\\u0007flow\"\n", []string{"line 2", "node.run_dir", "printable"}},
+		{"node name with a newline", "[node]\nname = \"node-1\\n\"\n", []string{"line 2", "node.name", "U+000A"}},
+		{"bad metrics address", "[node]\nmetrics_address = \"9400\"\n", []string{"line 2", "node.metrics_address", "host:port"}},
+		{"zero grace", "[evict]\ngrace = \"0ms\"\n", []string{"line 2", "evict.grace", "must be above 0", "got 0s"}},
+		{"zero recovery", "[monitor]\nrecovery = \"0s\"\n", []string{"line 2", "monitor.recovery", "must be above 0"}},
+		{"zero hook timeout", "[hook]\ntimeout = \"0ms\"\n", []string{"line 2", "hook.timeout", "above 0"}},
+		{"zero alloc period", "[alloc]\nperiod = \"0ms\"\n", []string{"line 2", "alloc.period", "between 10ms"}},
+		{"zero monitor period", "[monitor]\nperiod = \"0ms\"\n", []string{"line 2", "monitor.period", "between 10ms"}},
+		{"zero day length", "[alloc]\nday_length = \"0s\"\n", []string{"line 2", "alloc.day_length", "at least 10s"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +108,18 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %q does not name the file", err)
 			}
 		})
+	}
+}
+
+// Values that stay valid: an unset node name, no backoff, an absolute program path,
+// annotation keys without a prefix.
+func TestValidEdgeValues(t *testing.T) {
+	file := "[node]\nname = \"gpu-node-7.example\"\nmetrics_address = \":9400\"\n" +
+		"[mps]\ncontrol = \"/usr/bin/nvidia-cuda-mps-control\"\n" +
+		"[classify]\nsm_annotation = \"sm-percent\"\n" +
+		"[evict]\nbackoff = \"0s\"\n"
+	if _, err := Parse([]byte(file), "f.toml"); err != nil {
+		t.Fatal(err)
 	}
 }
 
