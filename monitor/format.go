@@ -69,6 +69,8 @@ func WriteEvents(w io.Writer, events []Event) error {
 				class = string(e.Fault.Class) + " "
 			}
 			line = fmt.Sprintf("%s gpu %d %sfault: %s", e.Time.Format(time.RFC3339Nano), e.GPU, class, e.Reason.Text)
+		case EventContainer:
+			line = fmt.Sprintf("%s gpu %d container %s: %s", e.Time.Format(time.RFC3339Nano), e.GPU, e.Container, e.Reason.Text)
 		default:
 			line = fmt.Sprintf("%s gpu %d %s: %s", e.Time.Format(time.RFC3339Nano), e.GPU, e.Kind, e.Reason.Text)
 		}

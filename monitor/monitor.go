@@ -65,6 +65,9 @@ const (
 	EventFault EventKind = "fault"
 	// EventClear: muxd's error handler said it reset the GPU.
 	EventClear EventKind = "clear"
+	// EventContainer: muxd acted on, or declined to act on, what one container's control
+	// block reported on this GPU (a corrupt usage block, an unconfirmed error report).
+	EventContainer EventKind = "container"
 )
 
 // Event is one entry of the monitor's log, as shown by `muxctl events`.
@@ -80,6 +83,8 @@ type Event struct {
 	To     State     `json:"to,omitempty"`
 	Reason Reason    `json:"reason"`
 	Fault  *Fault    `json:"fault,omitempty"`
+	// Container is the container an EventContainer is about.
+	Container string `json:"container,omitempty"`
 }
 
 // ErrUnknownGPU is returned for a GPU UUID the monitor does not watch.
@@ -293,6 +298,20 @@ func (m *Monitor) ClearFault(uuid string) error {
 		return nil
 	}
 	return fmt.Errorf("clearing fault of GPU %q: %w", uuid, ErrUnknownGPU)
+}
+
+// RecordContainerEvent logs an EventContainer about one container on the GPU with this
+// UUID: text says what the container's block reported and what muxd did about it.
+func (m *Monitor) RecordContainerEvent(uuid, container, text string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, g := range m.gpus {
+		if g.uuid == uuid {
+			m.emitLocked(Event{Time: m.clock.Now(), GPU: g.index, UUID: g.uuid, Kind: EventContainer, Container: container, Reason: Reason{Text: text}})
+			return nil
+		}
+	}
+	return fmt.Errorf("recording an event of GPU %q: %w", uuid, ErrUnknownGPU)
 }
 
 // ListeningForEvents reports whether NVML error events (Xid, ECC) are being

@@ -113,6 +113,19 @@ func NewEvictor(s Stopper, log *slog.Logger) *Evictor {
 func (e *Evictor) Evict(ctx context.Context, gpu, reason string, grace time.Duration, targets []Target) error {
 	e.mu.Lock()
 	e.lastEvict[gpu] = e.now()
+	e.mu.Unlock()
+	return e.stop(ctx, gpu, reason, grace, targets)
+}
+
+// EvictAlone stops one target for a fault of its own (a corrupt control block, its own
+// context dying): the GPU it ran on keeps admitting offline work, no back-off, since
+// nothing is wrong with the GPU or with anyone else on it.
+func (e *Evictor) EvictAlone(ctx context.Context, gpu, reason string, grace time.Duration, t Target) error {
+	return e.stop(ctx, gpu, reason, grace, []Target{t})
+}
+
+func (e *Evictor) stop(ctx context.Context, gpu, reason string, grace time.Duration, targets []Target) error {
+	e.mu.Lock()
 	var todo []Target
 	for _, t := range targets {
 		if !e.inFlight[t.ID] {

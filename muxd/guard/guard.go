@@ -9,6 +9,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -31,6 +32,8 @@ import (
 type Monitor interface {
 	Snapshot() []monitor.GPUStatus
 	ClearFault(uuid string) error
+	// RecordContainerEvent logs what one container's block reported and what was done.
+	RecordContainerEvent(uuid, container, text string) error
 }
 
 // Containers lists registered containers.
@@ -76,7 +79,40 @@ type Guard struct {
 	sticky    map[string]uint32 // container id -> sticky errors seen at the previous step
 	// restartAsked: a handling under way on the GPU must restart MPS when done.
 	restartAsked map[string]bool
+	// quarantined: containers whose usage block was found corrupt, and why. Their
+	// reports are ignored from then on (an offline one is also evicted).
+	quarantined map[string]string
+	// suspect counts consecutive steps in which a container's values were impossible.
+	suspect map[string]int
+	// reports are sticky errors that containers reported and that await evidence from
+	// outside the container before anything is done to other containers.
+	reports map[string]stickyReport
+	// lastSticky is when each container last reported a sticky error (for corroboration).
+	lastSticky map[string]time.Time
 }
+
+// stickyReport is one container's unconfirmed report of a dead GPU context.
+type stickyReport struct {
+	at   time.Time // when muxd saw the count rise (the container's own clock is not trusted)
+	code uint32
+}
+
+// Evidence rules for the node side of error handling (docs/errors.md, "What a restart
+// needs"). A container's usage block is its own word: it decides what happens to that
+// container, never to others.
+const (
+	// StickyWindow is how far apart a container's sticky-error report and the evidence
+	// that confirms it may be.
+	StickyWindow = 10 * time.Second
+	// MaxLaunchRate bounds the launches per second a container can make: each launch
+	// costs a few microseconds of CPU in the driver, and a container has at most
+	// ctlblock.MaxProcs processes. A faster rise of the counter is forged.
+	MaxLaunchRate = 50e6
+	// suspectSteps is how many consecutive reads must show impossible values before a
+	// container is quarantined (a single read could be torn by a concurrent write); a
+	// broken header or a truncated file is acted on at once.
+	suspectSteps = 2
+)
 
 // Status is the guard's view of one GPU, for the API.
 type Status struct {
@@ -126,6 +162,8 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		g.allocs, g.lastState, g.launches = map[string]*alloc.GPU{}, map[string]monitor.State{}, map[string]uint64{}
 		g.decisions, g.handling, g.sticky = map[string]alloc.Decision{}, map[string]bool{}, map[string]uint32{}
 		g.restartAsked = map[string]bool{}
+		g.quarantined, g.suspect = map[string]string{}, map[string]int{}
+		g.reports, g.lastSticky = map[string]stickyReport{}, map[string]time.Time{}
 	}
 	cfg := AllocConfig(p)
 	if cfg != g.allocCfg {
@@ -156,33 +194,96 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		}
 	}
 	// Each container's usage, read once: launch rates since the last step and sticky
-	// errors come from it.
+	// errors come from it. It is the container's word: read through a validated copy,
+	// and a container whose block is corrupt is quarantined (its own fault only).
 	usage := map[string]ctlblock.Usage{}
 	rates := map[string]float64{}
 	live := map[string]bool{}
+	corrupt := map[string]string{}
 	g.mu.Lock()
 	for _, c := range containers {
 		live[c.ID] = true
+		if _, q := g.quarantined[c.ID]; q {
+			continue
+		}
 		b := g.Blocks.Block(c.ID)
 		if b == nil {
 			continue
 		}
-		u := b.Usage()
-		usage[c.ID] = u
-		n := u.Launches
-		if prev, ok := g.launches[c.ID]; ok && dt > 0 && n >= prev {
-			rates[c.ID] = float64(n-prev) / dt
+		u, err := b.Snapshot()
+		var ce *ctlblock.CorruptError
+		switch {
+		case errors.As(err, &ce):
+			g.suspect[c.ID]++
+			if ce.Header || g.suspect[c.ID] >= suspectSteps {
+				corrupt[c.ID] = ce.Error()
+			}
+			continue
+		case err != nil:
+			continue // closed while being removed
 		}
+		n := u.Launches
+		if prev, ok := g.launches[c.ID]; ok && dt > 0 {
+			if n < prev {
+				g.suspect[c.ID]++
+				if g.suspect[c.ID] >= suspectSteps {
+					corrupt[c.ID] = fmt.Sprintf("its launch counter went back from %d to %d", prev, n)
+				}
+				continue
+			}
+			if r := float64(n-prev) / dt; r > MaxLaunchRate {
+				g.suspect[c.ID]++
+				if g.suspect[c.ID] >= suspectSteps {
+					corrupt[c.ID] = fmt.Sprintf("its launch counter rose %d in %.3fs (%.3g/s; at most %.3g/s is possible)", n-prev, dt, r, MaxLaunchRate)
+				}
+				continue
+			} else {
+				rates[c.ID] = r
+			}
+		}
+		delete(g.suspect, c.ID)
+		usage[c.ID] = u
 		g.launches[c.ID] = n
 	}
 	// Forget containers that are gone, so the per-container state does not grow forever.
 	for id := range g.launches {
 		if !live[id] {
 			delete(g.launches, id)
+		}
+	}
+	for id := range g.sticky {
+		if !live[id] {
 			delete(g.sticky, id)
 		}
 	}
+	for id := range g.quarantined {
+		if !live[id] {
+			delete(g.quarantined, id)
+		}
+	}
+	for id := range g.suspect {
+		if !live[id] {
+			delete(g.suspect, id)
+		}
+	}
+	for id := range g.reports {
+		if !live[id] {
+			delete(g.reports, id)
+		}
+	}
+	for id := range g.lastSticky {
+		if !live[id] {
+			delete(g.lastSticky, id)
+		}
+	}
 	g.mu.Unlock()
+	for id, why := range corrupt {
+		for _, c := range containers {
+			if c.ID == id {
+				g.quarantine(ctx, c, gpus, why, p)
+			}
+		}
+	}
 
 	shares := map[string]float64{} // offline container -> share (min over its GPUs)
 	paused := map[string]bool{}
@@ -228,7 +329,7 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 	for id, s := range shares {
 		g.apply(id, s, paused[id])
 	}
-	g.stickyErrors(ctx, views, usage, p)
+	g.stickyErrors(ctx, views, usage, p, now)
 	if g.Profiler != nil {
 		obs := make([]profiler.GPUObservation, 0, len(views))
 		for _, v := range views {
@@ -349,13 +450,71 @@ func (g *Guard) evictAsync(ctx context.Context, v gpuView, reason string, p *pol
 	}()
 }
 
+// quarantine acts on a container whose usage block is corrupt: its reports are ignored
+// from now on, an offline container is evicted (alone: the GPU keeps admitting other
+// offline work), an online one is left running, and an event on each of its GPUs says
+// why. Nobody else is affected.
+func (g *Guard) quarantine(ctx context.Context, c api.Container, gpus []monitor.GPUStatus, why string, p *policy.Policy) {
+	g.mu.Lock()
+	if _, done := g.quarantined[c.ID]; done {
+		g.mu.Unlock()
+		return
+	}
+	g.quarantined[c.ID] = why
+	delete(g.launches, c.ID)
+	delete(g.sticky, c.ID)
+	delete(g.reports, c.ID)
+	g.mu.Unlock()
+	action := "its reports are ignored from now on (online work is not evicted for this)"
+	if c.Class == api.Offline {
+		action = "it is evicted and its reports are ignored"
+	}
+	text := fmt.Sprintf("%s container's usage block is corrupt (%s): %s", c.Class, why, action)
+	g.Log.Error("corrupt usage block", "id", c.ID, "class", c.Class, "why", why)
+	idx := gpuIndexes(c.GPUs, gpus)
+	for _, i := range idx {
+		g.event(gpus[i].UUID, c.ID, text)
+	}
+	if c.Class == api.Offline && g.Evictor != nil {
+		gpu := ""
+		if len(idx) > 0 {
+			gpu = gpus[idx[0]].UUID
+		}
+		t := evict.Target{ID: c.ID, Namespace: c.Namespace, PID: c.PID, Pod: c.Pod}
+		grace := p.Evict.Grace.D()
+		go func() {
+			if err := g.Evictor.EvictAlone(ctx, gpu, "corrupt usage block: "+why, grace, t); err != nil {
+				g.Log.Error("eviction incomplete", "id", c.ID, "err", err)
+			}
+		}()
+	}
+}
+
+// Quarantined reports why a container's usage block was found corrupt ("" if it was not).
+func (g *Guard) Quarantined(id string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.quarantined[id]
+}
+
+func (g *Guard) event(uuid, id, text string) {
+	if err := g.Monitor.RecordContainerEvent(uuid, id, text); err != nil {
+		g.Log.Warn("cannot record a container event", "gpu", uuid, "id", id, "err", err)
+	}
+}
+
 // stickyErrors looks for context-destroying errors the containers' libxcuda reported
-// since the last step. An offline container's own context died: it is evicted. An
-// online container's died: under MPS that is the mark of a fault spread through the
-// shared server (a client killed mid-kernel, a kernel fault of a neighbour), so the
-// GPU's offline work is evicted and, once it is gone, the MPS server restarted — it
-// refuses new clients until every client of the faulted one has exited.
-func (g *Guard) stickyErrors(ctx context.Context, views []gpuView, usage map[string]ctlblock.Usage, p *policy.Policy) {
+// since the last step. A report is the container's own word, so it decides only what
+// happens to that container:
+//   - an offline container's own context died: it is evicted, alone;
+//   - an online container's died: under MPS that is the mark of a fault spread through
+//     the shared server (a client killed mid-kernel, a kernel fault of a neighbour),
+//     which calls for evicting the GPU's offline work and restarting the MPS server once
+//     it is gone. That acts on others, so it waits for evidence the online container
+//     cannot forge: an NVML fault event (Xid) on that GPU within StickyWindow of the
+//     report, or a sticky error reported by another container on that GPU within the
+//     window. A report that nothing confirms is recorded as an event and dropped.
+func (g *Guard) stickyErrors(ctx context.Context, views []gpuView, usage map[string]ctlblock.Usage, p *policy.Policy, now time.Time) {
 	for _, v := range views {
 		for _, c := range append(append([]api.Container(nil), v.online...), v.offline...) {
 			u, ok := usage[c.ID]
@@ -365,23 +524,97 @@ func (g *Guard) stickyErrors(ctx context.Context, views []gpuView, usage map[str
 			g.mu.Lock()
 			prev, seen := g.sticky[c.ID]
 			g.sticky[c.ID] = u.StickyErrors
+			changed := seen && u.StickyErrors != prev
+			if changed {
+				g.lastSticky[c.ID] = now
+				if c.Class == api.Online {
+					if _, pending := g.reports[c.ID]; !pending {
+						g.reports[c.ID] = stickyReport{at: now, code: u.LastSticky}
+					}
+				}
+			}
 			g.mu.Unlock()
-			if !seen || u.StickyErrors == prev {
+			if !changed {
 				continue
 			}
-			g.Log.Error("a container's GPU context died", "id", c.ID, "class", c.Class, "gpu", v.status.UUID,
+			g.Log.Error("a container reports its GPU context died", "id", c.ID, "class", c.Class, "gpu", v.status.UUID,
 				"cuda_error", u.LastSticky, "errors", u.StickyErrors-prev, "at", u.LastStickyAt)
 			if g.OnSticky != nil {
 				g.OnSticky(v.status.UUID, c)
 			}
-			reason := fmt.Sprintf("%s container %s saw CUDA error %d", c.Class, c.ID, u.LastSticky)
-			if c.Class == api.Online {
-				g.evictAsync(ctx, v, reason, p, handling{restartMPS: true})
-			} else {
-				g.evictAsync(ctx, gpuView{status: v.status, offline: []api.Container{c}}, reason, p, handling{})
+			if c.Class != api.Online {
+				reason := fmt.Sprintf("offline container %s reports CUDA error %d (its own context died)", c.ID, u.LastSticky)
+				g.event(v.status.UUID, c.ID, reason+": it is evicted, alone")
+				t := evict.Target{ID: c.ID, Namespace: c.Namespace, PID: c.PID, Pod: c.Pod}
+				grace := p.Evict.Grace.D()
+				uuid := v.status.UUID
+				go func() {
+					if err := g.Evictor.EvictAlone(ctx, uuid, reason, grace, t); err != nil {
+						g.Log.Error("eviction incomplete", "id", c.ID, "err", err)
+					}
+				}()
 			}
 		}
+		g.confirmReports(ctx, v, p, now)
 	}
+}
+
+// confirmReports acts on the online containers' pending reports on one GPU that
+// evidence now confirms, and drops those whose window has passed.
+func (g *Guard) confirmReports(ctx context.Context, v gpuView, p *policy.Policy, now time.Time) {
+	uuid := v.status.UUID
+	for _, c := range v.online {
+		g.mu.Lock()
+		r, ok := g.reports[c.ID]
+		var other string
+		if ok {
+			for _, o := range append(append([]api.Container(nil), v.online...), v.offline...) {
+				if t, seen := g.lastSticky[o.ID]; seen && o.ID != c.ID && absDur(t.Sub(r.at)) <= StickyWindow {
+					other = o.ID
+					break
+				}
+			}
+		}
+		g.mu.Unlock()
+		if !ok {
+			continue
+		}
+		var evidence string
+		if f := v.status.LastFault; f != nil && f.Class != monitor.FaultInformational && absDur(f.Time.Sub(r.at)) <= StickyWindow {
+			evidence = fmt.Sprintf("NVML reported %s on the GPU", faultName(f))
+		} else if other != "" {
+			evidence = fmt.Sprintf("container %s on the same GPU also reported a dead context", other)
+		}
+		switch {
+		case evidence != "":
+			g.mu.Lock()
+			delete(g.reports, c.ID)
+			g.mu.Unlock()
+			reason := fmt.Sprintf("online container %s saw CUDA error %d and %s", c.ID, r.code, evidence)
+			g.event(uuid, c.ID, reason+": evicting the GPU's offline work, then restarting MPS")
+			g.evictAsync(ctx, v, reason, p, handling{restartMPS: true})
+		case now.Sub(r.at) > StickyWindow:
+			g.mu.Lock()
+			delete(g.reports, c.ID)
+			g.mu.Unlock()
+			g.event(uuid, c.ID, fmt.Sprintf("online container reported CUDA error %d, but no NVML fault and no other client of the GPU confirmed it within %v: nothing done to other containers", r.code, StickyWindow))
+			g.Log.Warn("unconfirmed sticky-error report: nothing done to other containers", "id", c.ID, "gpu", uuid, "cuda_error", r.code)
+		}
+	}
+}
+
+func faultName(f *monitor.Fault) string {
+	if f.Xid != 0 {
+		return fmt.Sprintf("Xid %d (%s)", f.Xid, f.Description)
+	}
+	return f.Description
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // apply writes a new share into an offline container's control block, keeping every

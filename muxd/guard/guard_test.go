@@ -21,6 +21,20 @@ type fakeMonitor struct {
 	mu      sync.Mutex
 	gpus    []monitor.GPUStatus
 	cleared []string
+	events  []string // "gpu container: text"
+}
+
+func (f *fakeMonitor) RecordContainerEvent(uuid, id, text string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, uuid+" "+id+": "+text)
+	return nil
+}
+
+func (f *fakeMonitor) eventLog() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.events, "\n")
 }
 
 func (f *fakeMonitor) Snapshot() []monitor.GPUStatus {
