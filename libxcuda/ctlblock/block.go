@@ -128,7 +128,7 @@ var ErrInvalid = errors.New("invalid control block")
 // just a corrupt block. A sealed memfd (F_SEAL_SHRINK) would also remove the SIGBUS, but
 // it cannot be bind-mounted into a container by path, it would tie the block's life to
 // muxd's process (a muxd restart could not reattach to the block a running job has), and
-// it would still leave every value to be validated; pread costs one 13 KiB copy per
+// it would still leave every value to be validated; pread costs one 12 KiB copy per
 // container per guard period.
 type Block struct {
 	dir   string
