@@ -116,7 +116,7 @@ int main(int argc, char **argv)
         u.hdr = (xcuda_header){XCUDA_USAGE_MAGIC, XCUDA_CTL_VERSION, sizeof u};
         if (rc != 0 || (mkdir(dir, 0755) != 0 && errno != EEXIST) ||
             write_file(dir, XCUDA_LIMITS_FILE, &l, sizeof l, 0644) != 0 ||
-            write_file(dir, XCUDA_USAGE_FILE, &u, sizeof u, 0666) != 0)
+            write_file(dir, XCUDA_USAGE_FILE, &u, sizeof u, 0600) != 0)
             return rc ? rc : 1;
         return 0;
     }
