@@ -45,6 +45,7 @@ func TestWriteEvents(t *testing.T) {
 		{Seq: 7, Time: t0, GPU: 1, Kind: EventFault, Reason: Reason{Text: f.Description}, Fault: &f},
 		{Seq: 8, Time: t0, GPU: 1, Kind: EventTransition, From: Healthy, To: Faulted, Reason: Reason{Text: f.Description}},
 		{Seq: 9, Time: t0, GPU: 1, Kind: EventClear, Reason: Reason{Text: "error handler reports the GPU was reset"}},
+		{Seq: 10, Time: t0, GPU: 1, Kind: EventContainer, Container: "job-7", Reason: Reason{Text: "offline container's usage block is corrupt (magic 0x0): it is evicted"}},
 	}
 	var b bytes.Buffer
 	if err := WriteEvents(&b, events); err != nil {
@@ -54,6 +55,7 @@ func TestWriteEvents(t *testing.T) {
 		"#7 2026-11-29T09:00:00Z gpu 1 reset fault: Xid 79: GPU has fallen off the bus",
 		"#8 2026-11-29T09:00:00Z gpu 1 healthy -> faulted: Xid 79: GPU has fallen off the bus",
 		"#9 2026-11-29T09:00:00Z gpu 1 clear: error handler reports the GPU was reset",
+		"#10 2026-11-29T09:00:00Z gpu 1 container job-7: offline container's usage block is corrupt (magic 0x0): it is evicted",
 	}
 	if diff := cmp.Diff(want, strings.Split(strings.TrimSpace(b.String()), "\n")); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
