@@ -39,4 +39,4 @@ bench: all
 SOAK_KILLS ?= 10000
 soak: all
 	cd .. && MUXFLOW_BUILD=$(BUILD) MUXFLOW_SOAK_KILLS=$(SOAK_KILLS) go test ./libxcuda/xcudatest \
-	    -run '^TestKillDuringFree$$' -count=1 -timeout 120m
+	    -run '^TestKillDuringFree$$' -count=1 -timeout 120m -v

@@ -128,9 +128,6 @@ func TestKillDuringFree(t *testing.T) {
 	msg := fmt.Sprintf("kills during free: %d rounds in %v, %d over the cap, %d short (leaked), %d lock takeovers (kills inside the accounting lock)",
 		rounds, time.Since(start).Round(time.Millisecond), overCap, short, rec)
 	t.Log(msg)
-	if os.Getenv("MUXFLOW_SOAK_KILLS") != "" {
-		fmt.Println(msg)
-	}
 	if overCap != 0 || short != 0 {
 		t.Errorf("%s", msg)
 	}
