@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # test.sh: the package tests (`make -C packaging test`, run by the top-level `make test`).
 # Builds the deb and rpm twice (two versions) from $BUILD, lints and lists them, checks
-# the units with systemd-analyze, installs the deb with dpkg on this machine, upgrades it,
-# removes and purges it, checks the rpm's upgrade and erase in a scratch root, and replays
-# the deb's life cycle with a stand-in systemd to check the maintainer scripts' calls.
-# Needs root (dpkg -i). It leaves nothing installed, and puts back any muxflow files
-# (/etc/muxflow, /var/lib/muxflow, /var/log/muxflow) it found.
+# the units with systemd-analyze, then, in a throwaway root, installs the deb with dpkg,
+# upgrades it, removes and purges it, checks the rpm's upgrade and erase, and replays the
+# deb's life cycle with a stand-in systemd to check the maintainer scripts' calls.
+#
+# The machine's real installation is never touched: everything that installs runs in a
+# private mount and pid namespace, chrooted into an overlay of / whose writable layer is a
+# tmpfs that vanishes with the namespace (dpkg's database, /etc, /usr and /var included).
+# And the test refuses to start at all where muxflow is installed (by dpkg, rpm or by
+# hand), rather than work next to a real installation.
+# Needs root (namespaces, overlayfs, chroot; CI runs make test as root).
 set -euo pipefail
 
 ROOT=${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -13,51 +18,70 @@ BUILD=${BUILD:-$ROOT/build}
 T=$BUILD/packaging-test
 V1=0.0.1~pkgtest1
 V2=0.0.1~pkgtest2
-checks=0
+checks=${CHECKS:-0}
 
 fail() {
 	echo "packaging test: FAIL: $*" >&2
 	exit 1
 }
-start=$SECONDS
+start=$((SECONDS - ${ELAPSED:-0}))
 ok() {
 	checks=$((checks + 1))
 	echo "ok $checks - $* [$((SECONDS - start))s]"
 }
 
-[ "$(id -u)" -eq 0 ] || fail "must run as root: it installs the .deb with dpkg -i (CI runs make test as root)"
-for c in dpkg dpkg-deb dpkg-query lintian rpm systemd-analyze unshare strip objdump gzip man; do
+expect_same() { # name want got
+	if ! diff -u "$2" "$3" >"$T/diff.out"; then
+		cat "$T/diff.out" >&2
+		fail "$1 differs from what is expected (- expected, + got)"
+	fi
+}
+
+# installed_muxflow prints how muxflow is installed on this machine, if it is.
+installed_muxflow() {
+	local st
+	st=$(dpkg-query -W -f='${Status}' muxflow 2>/dev/null || true)
+	case $st in "" | "unknown ok not-installed") ;; *) echo "dpkg: muxflow is '$st'" ;; esac
+	if command -v rpm >/dev/null 2>&1 && rpm -q muxflow >/dev/null 2>&1; then
+		echo "rpm: $(rpm -q muxflow)"
+	fi
+	local f
+	for f in /usr/bin/muxd /usr/bin/muxflow-runtime /usr/lib/muxflow/libxcuda.so; do
+		[ ! -e "$f" ] || echo "$f exists"
+	done
+	return 0
+}
+refuse_if_installed() {
+	local how
+	how=$(installed_muxflow)
+	[ -z "$how" ] || fail "muxflow is installed on this machine ($(echo "$how" | paste -sd';' | sed 's/;/; /g')): the package test refuses to run next to a real installation (it would need to install, upgrade and purge muxflow). Run it on a machine without muxflow."
+}
+
+case ${1:-} in
+--check-installed) # the refusal alone (the test checks it with a stand-in dpkg-query)
+	refuse_if_installed
+	exit 0
+	;;
+--inside) # the installing part, in the throwaway root (see below)
+	inside=yes
+	;;
+"") inside=no ;;
+*) fail "unknown argument '$1' (test.sh takes none)" ;;
+esac
+
+if [ "$inside" = no ]; then
+
+[ "$(id -u)" -eq 0 ] || fail "must run as root: it installs the .deb with dpkg -i in a throwaway root of its own (CI runs make test as root)"
+for c in dpkg dpkg-deb dpkg-query lintian rpm systemd-analyze unshare chroot mount strip objdump gzip man; do
 	command -v "$c" >/dev/null 2>&1 || fail "$c is not installed; run tests/deps.sh as root"
 done
+refuse_if_installed
+grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null || true
+grep -qw overlay /proc/filesystems || fail "the kernel has no overlayfs: the throwaway root the install checks run in needs it"
 
-# --- A clean slate, and a way back to it --------------------------------------------
-
-# Purge what an earlier, interrupted run left installed.
-if dpkg-query -W -f='${Status}' muxflow 2>/dev/null | grep -qv '^unknown ok not-installed$'; then
-	echo "packaging test: purging a muxflow package left installed by an earlier run"
-	dpkg -P muxflow >/dev/null
-fi
 rm -rf "$T"
-mkdir -p "$T/saved"
-saved=()
-for d in /etc/muxflow /var/lib/muxflow /var/log/muxflow; do
-	if [ -e "$d" ]; then
-		mkdir -p "$T/saved$(dirname "$d")"
-		mv "$d" "$T/saved$d"
-		saved+=("$d")
-	fi
-done
-cleanup() {
-	local rc=$?
-	dpkg -P muxflow >/dev/null 2>&1 || true
-	for d in "${saved[@]}"; do
-		rm -rf "$d"
-		mv "$T/saved$d" "$d"
-	done
-	if [ $rc -ne 0 ]; then echo "packaging test: work files kept in $T" >&2; fi
-	exit $rc
-}
-trap cleanup EXIT
+mkdir -p "$T"
+trap 'rc=$?; [ $rc -eq 0 ] || echo "packaging test: work files kept in $T" >&2; exit $rc' EXIT
 
 # --- Build two versions ---------------------------------------------------------------
 
@@ -139,12 +163,6 @@ drwxr-xr-x /usr/share/licenses/muxflow
 EOF
 		;;
 	esac
-}
-expect_same() { # name want got
-	if ! diff -u "$2" "$3" >"$T/diff.out"; then
-		cat "$T/diff.out" >&2
-		fail "$1 differs from what is expected (- expected, + got)"
-	fi
 }
 
 expected_files deb | sort -k2 >"$T/want-deb"
@@ -229,9 +247,96 @@ done <"$T/modules"
 ! grep -q '^(no license file found' "$T/notices" || fail "modules without a license text: $(grep -B1 '^(no license file found' "$T/notices" | grep '^==>' | tr '\n' ' ')"
 ok "payload: default policy, units, stripped programs, man pages without roff warnings, notices for all $(wc -l <"$T/modules") Go modules"
 
-# --- The deb on this machine (no systemd as PID 1) ----------------------------------
 
-[ ! -d /run/systemd/system ] || echo "packaging test: note: systemd is running; muxd will really be started"
+# --- The refusal to run next to an installed muxflow ----------------------------------
+
+mkdir -p "$T/fakebin"
+printf '#!/bin/sh\necho "install ok installed"\n' >"$T/fakebin/dpkg-query"
+chmod 0755 "$T/fakebin/dpkg-query"
+if out=$(PATH="$T/fakebin:$PATH" bash "$0" --check-installed 2>&1); then
+	fail "test.sh --check-installed accepted a machine where dpkg reports muxflow installed"
+fi
+case $out in *"refuses to run next to a real installation"*"install ok installed"* | *"install ok installed"*"refuses to run next to a real installation"*) ;;
+*) fail "the refusal does not say why: $out" ;; esac
+bash "$0" --check-installed >/dev/null 2>&1 || fail "test.sh --check-installed refuses this machine, which has no muxflow"
+ok "refuses to run where muxflow is installed (checked with a stand-in dpkg-query)"
+
+# --- Into the throwaway root -----------------------------------------------------------
+# A private mount and pid namespace; R is an overlay of / (and of /usr, /var, /etc where
+# they are mounts of their own) whose upper layers live on a tmpfs of the namespace; /run
+# and /tmp are empty tmpfs there (no systemd as PID 1, no sockets of the host's daemons).
+# $T is bind-mounted at its own path so that the packages come in and the logs come out.
+# When the namespace's last process exits, every mount and write in it is gone.
+
+# What this machine has at the paths the package uses, to compare after.
+host_paths=(/etc/muxflow /var/lib/muxflow /var/log/muxflow /usr/lib/muxflow /usr/share/doc/muxflow
+	/usr/bin/muxd /usr/bin/muxctl /usr/lib/systemd/system/muxd.service /usr/lib/systemd/system/muxd.socket
+	/etc/systemd/system/multi-user.target.wants/muxd.service /var/lib/dpkg/status)
+host_state() {
+	local p
+	for p in "${host_paths[@]}"; do
+		if [ -e "$p" ] || [ -L "$p" ]; then
+			find "$p" -printf '%M %u:%g %s %T@ %p\n' 2>/dev/null | sort -k6
+			[ ! -f "$p" ] || sha256sum "$p"
+		else
+			echo "absent $p"
+		fi
+	done
+}
+host_state >"$T/host.before"
+
+R=$T/root
+mkdir -p "$R"
+cp "$0" "$T/test.sh"
+export T R ROOT BUILD DEB1 DEB2 RPM1 RPM2
+export CHECKS=$checks ELAPSED=$((SECONDS - start))
+unshare --mount --pid --fork --propagation private bash -euo pipefail -c '
+	U=$T/upper
+	mkdir -p "$U"
+	mount -t tmpfs -o mode=0700 muxflow-pkgtest "$U"
+	layer() { # an overlay of $1 at $R$1 whose writes go to the tmpfs
+		local n
+		n=$(echo "$1" | tr / _)
+		mkdir -p "$U/up$n" "$U/work$n"
+		mount -t overlay muxflow-pkgtest -o "lowerdir=$1,upperdir=$U/up$n,workdir=$U/work$n" "$R${1%/}"
+	}
+	layer /
+	for d in /usr /var /etc /opt; do
+		if mountpoint -q "$d"; then layer "$d"; fi
+	done
+	mount -t proc proc "$R/proc"
+	mount --rbind /dev "$R/dev"
+	mount --rbind /sys "$R/sys"
+	mount -t tmpfs -o mode=0755 run "$R/run"
+	mount -t tmpfs -o mode=1777 tmp "$R/tmp"
+	mkdir -p "$R$T"
+	mount --bind "$T" "$R$T"
+	exec chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		LANG=C.UTF-8 T="$T" ROOT="$ROOT" BUILD="$BUILD" DEB1="$DEB1" DEB2="$DEB2" RPM1="$RPM1" RPM2="$RPM2" \
+		CHECKS="$CHECKS" ELAPSED="$ELAPSED" bash "$T/test.sh" --inside
+'
+# Nothing of the installation may have reached this machine.
+how=$(installed_muxflow)
+[ -z "$how" ] || fail "after the throwaway root was gone, muxflow shows on this machine: $how"
+host_state >"$T/host.after"
+expect_same "this machine's muxflow paths and dpkg database after the test (the throwaway root leaked)" "$T/host.before" "$T/host.after"
+echo "packaging test: this machine was not touched (dpkg database, muxflow paths and unit links as before)"
+exit 0
+fi
+
+# --- Inside the throwaway root ----------------------------------------------------------
+
+# Only ever here: --inside run on the machine itself would install there.
+rootfs=$(awk '$5 == "/" { for (i = 7; i < NF; i++) if ($i == "-") print $(i + 1), $(i + 2) }' /proc/self/mountinfo | tail -1)
+[ "$rootfs" = "overlay muxflow-pkgtest" ] ||
+	fail "test.sh --inside runs only in the throwaway root test.sh makes (/ here is '$rootfs', not its overlay)"
+# The overlay's view of / may hold muxflow files that are not a package (a hand-made
+# /etc/muxflow, left by a developer): clear them here, where it changes nothing outside.
+rm -rf /etc/muxflow /var/lib/muxflow /var/log/muxflow
+
+# --- The deb in the throwaway root (no systemd as PID 1) -----------------------------
+
+[ ! -d /run/systemd/system ] || fail "/run/systemd/system exists in the throwaway root: the maintainer scripts would start muxd for real"
 engine_sums() {
 	for f in /etc/containerd/config.toml /etc/docker/daemon.json; do
 		if [ -e "$f" ]; then sha256sum "$f"; else echo "absent $f"; fi
@@ -420,4 +525,4 @@ run_ns sh "$T/rpm-postun" 0
 want_call "rpm erase" 'systemctl daemon-reload'
 ok "rpm scriptlets: install enables and starts, upgrade try-restarts, erase stops, disables and cleans up"
 
-echo "packaging test: all $checks checks passed"
+echo "packaging test: all $checks checks passed (installation checks in a throwaway root)"
