@@ -188,3 +188,32 @@ func TestStartAgainAfterTheProcessHasGone(t *testing.T) {
 		t.Fatalf("restart: %+v %v", c, err)
 	}
 }
+
+// RemoveStale re-checks under the lock: an entry started again since Stale listed it stays.
+func TestRemoveStaleRechecks(t *testing.T) {
+	procs := fakeProcs{100: 7}
+	r, _ := Open(t.TempDir(), procs, quiet)
+	r.Add(req("a"), api.ControlPaths{})
+	if _, err := r.Start("a", 100); err != nil {
+		t.Fatal(err)
+	}
+	delete(procs, 100)
+	stale := r.Stale()
+	if len(stale) != 1 || stale[0].ID != "a" || stale[0].Reason != "pid 100 has exited" {
+		t.Fatalf("Stale: %+v", stale)
+	}
+	procs[200] = 9
+	if _, err := r.Start("a", 200); err != nil { // started again before the drop
+		t.Fatal(err)
+	}
+	if why, err := r.RemoveStale("a"); why != "" || err != nil {
+		t.Fatalf("RemoveStale of a restarted entry: %q %v, want it kept", why, err)
+	}
+	delete(procs, 200)
+	if why, err := r.RemoveStale("a"); why != "pid 200 has exited" || err != nil {
+		t.Fatalf("RemoveStale: %q %v", why, err)
+	}
+	if _, err := r.RemoveStale("a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("RemoveStale of a removed entry: %v", err)
+	}
+}
