@@ -10,63 +10,81 @@ import (
 // scheduler places blocks on SMs while their threads, registers, shared memory
 // and block slots fit, and refills SMs as blocks retire. Blocks of different
 // kernels — and of different MPS clients — share an SM when they fit
-// together. Kernels are served in the order they reached the head of their
-// stream: an earlier kernel's pending blocks take every slot that frees up
-// before a later kernel gets any, and a later kernel gets only what the
-// earlier one cannot use (the "leftover" policy measured on NVIDIA GPUs; see
-// docs/gpusim-calibration.md). So a small kernel that arrives while a big
-// kernel still has blocks to place waits for that kernel's last wave.
+// together. Within one context kernels are served in the order they reached
+// the head of their stream: an earlier kernel's pending blocks take the room
+// that frees up before a later kernel gets any (the "leftover" policy).
+// Between MPS clients the room that frees up is shared evenly among their
+// oldest waiting kernels. docs/gpusim-calibration.md gives the measurements
+// behind these rules and the constants below.
 //
-// The SMs of a device are tracked one by one, but the blocks of one kernel
-// that start on one SM at one moment form a single residency that finishes
-// at one moment. Real blocks do not finish in lock step; SMs fall into
-// jitterClasses classes whose blocks take slightly different times, so waves
-// drift apart and SMs come free at different moments, as they do on
-// hardware, at a cost of a few events per wave rather than one per SM.
+// SMs in the same state are simulated once: an smSet is a number of SMs that
+// hold the same blocks, started at the same moments. Placing blocks on part
+// of a set splits it; sets that empty merge again. Real blocks do not finish
+// in lock step; SMs fall into jitterClasses classes whose blocks take
+// slightly different times, so waves drift apart and SMs come free at
+// different moments, as on hardware, at a cost of a few events per wave.
 
-// Model constants. Their values and the measurements they come from are in
-// docs/gpusim-calibration.md.
+// Model constants; docs/gpusim-calibration.md says where each comes from.
 const (
 	// coResidencyPenalty slows a block by up to this fraction while blocks of
 	// another context share its SM (L1/shared-memory, instruction-issue and
 	// scheduler contention that the thread/register budget does not show).
 	coResidencyPenalty = 0.25
-	// l2Penalty slows a kernel's memory time by up to this fraction while
-	// other contexts' kernels stream through the shared L2 at full bandwidth.
+	// l2Penalty stretches a kernel's memory time by up to this fraction
+	// while other contexts' kernels stream through the shared L2.
 	l2Penalty = 0.2
-	// jitterClasses and jitterStep: SM i's blocks take (1 - jitterStep·(c-1-i%c))
-	// of the nominal block time, so the slowest class takes exactly block_us.
-	jitterClasses = 4
-	jitterStep    = 0.04
+	// jitterClasses and jitterStep: blocks on SMs of class c take
+	// (1 - jitterStep·(jitterClasses-1-c)) of the nominal block time, so the
+	// slowest class takes exactly block_us.
+	jitterClasses = 8
+	jitterStep    = 0.025
 	// ctxSwitchNs is the cost of a switch between contexts outside one MPS
-	// server (save and restore of SM state).
-	ctxSwitchNs = 50_000
+	// server (save and restore of SM state, refilling caches and TLBs): a
+	// tenth of DefaultTimeSlice, fitted to nos_ts_* (N time-sliced loops take
+	// 1.11·N as long as one alone).
+	ctxSwitchNs = 300_000
 )
 
-// smState is one SM: what its resident blocks use.
-type smState struct {
-	threads, regs, smem, blocks int
+// smSet is n SMs in one state: each holds every residency in res.
+type smSet struct {
+	n                           int
+	class                       int
+	threads, regs, smem, blocks int // used on each SM
 	res                         []*residency
 }
 
-// residency is n blocks of one kernel that started on one SM together.
+// residency is n blocks of one kernel on each SM of a set, started together.
 type residency struct {
 	k    *op
-	sm   int
+	set  *smSet
 	n    int
 	rem  float64 // ns of work left at rate 1
 	rate float64
 	at   float64 // when they started (blocks placed at the same moment merge)
 }
 
-// savedBlocks are a residency taken off its SM by a context switch.
+// savedBlocks are a residency taken off its SMs by a context switch.
 type savedBlocks struct {
-	sm  int
-	n   int
-	rem float64
+	class, sms, n int
+	rem           float64
 }
 
-func (s *smState) fits(k *op, p *Profile) int {
+func newSMSets(p Profile) []*smSet {
+	var sets []*smSet
+	for c := 0; c < jitterClasses; c++ {
+		n := p.SMs / jitterClasses
+		if c < p.SMs%jitterClasses {
+			n++
+		}
+		if n > 0 {
+			sets = append(sets, &smSet{n: n, class: c})
+		}
+	}
+	return sets
+}
+
+// fits is how many more of k's blocks one SM of the set can take.
+func (s *smSet) fits(k *op, p *Profile) int {
 	sh := &k.sh
 	n := min((p.MaxThreadsPerSM-s.threads)/sh.threads, (p.RegsPerSM-s.regs)/sh.regs, p.MaxBlocksPerSM-s.blocks)
 	if sh.smem > 0 {
@@ -75,76 +93,77 @@ func (s *smState) fits(k *op, p *Profile) int {
 	return max(0, n)
 }
 
-func (s *smState) holdsCtx(x *Context) bool {
-	for _, r := range s.res {
-		if r.k.ctx == x {
-			return true
-		}
-	}
-	return false
+func (s *smSet) holdsCtx(x *Context) bool {
+	return slices.ContainsFunc(s.res, func(r *residency) bool { return r.k.ctx == x })
 }
 
-func (s *smState) holdsKernel(k *op) bool {
-	for _, r := range s.res {
-		if r.k == k {
-			return true
-		}
-	}
-	return false
+func (s *smSet) holdsKernel(k *op) bool {
+	return slices.ContainsFunc(s.res, func(r *residency) bool { return r.k == k })
 }
 
-// put puts n blocks of k on SM i with rem ns of work each; lock held.
-func (d *Device) put(i, n int, k *op, rem float64) {
-	s := &d.sms[i]
+// put places n blocks of k on each SM of set s with rem ns of work each;
+// lock held.
+func (d *Device) put(s *smSet, n int, k *op, rem float64) {
 	if !s.holdsKernel(k) {
-		k.smsHeld++
+		k.smsHeld += s.n
 	}
 	if !s.holdsCtx(k.ctx) {
-		k.ctx.smsHeld++
+		k.ctx.smsHeld += s.n
 	}
 	s.threads += n * k.sh.threads
 	s.regs += n * k.sh.regs
 	s.smem += n * k.sh.smem
 	s.blocks += n
-	k.resident += n
+	k.resident += n * s.n
 	for _, r := range s.res {
 		if r.k == k && r.at == d.t && r.rem == rem {
 			r.n += n
 			return
 		}
 	}
-	r := &residency{k: k, sm: i, n: n, rem: rem, at: d.t}
+	r := &residency{k: k, set: s, n: n, rem: rem, at: d.t}
 	s.res = append(s.res, r)
 	d.res = append(d.res, r)
 }
 
-// unplace takes residency r off its SM (it finished, was saved by a context
+// unplace takes residency r off its SMs (it finished, was saved by a context
 // switch, or its kernel was dropped); lock held. The caller removes r from
 // d.res.
 func (d *Device) unplace(r *residency) {
-	s := &d.sms[r.sm]
-	k := r.k
+	s, k := r.set, r.k
 	s.threads -= r.n * k.sh.threads
 	s.regs -= r.n * k.sh.regs
 	s.smem -= r.n * k.sh.smem
 	s.blocks -= r.n
-	k.resident -= r.n
-	for j, q := range s.res {
-		if q == r {
-			s.res = append(s.res[:j], s.res[j+1:]...)
-			break
-		}
-	}
+	k.resident -= r.n * s.n
+	s.res = slices.DeleteFunc(s.res, func(q *residency) bool { return q == r })
 	if !s.holdsKernel(k) {
-		k.smsHeld--
+		k.smsHeld -= s.n
 	}
 	if !s.holdsCtx(k.ctx) {
-		k.ctx.smsHeld--
+		k.ctx.smsHeld -= s.n
 	}
 }
 
-// removeRes drops every residency for which gone is true; lock held.
+// split takes m of set s's SMs (0 < m < s.n) into a new set in the same
+// state; lock held.
+func (d *Device) split(s *smSet, m int) *smSet {
+	t := &smSet{n: m, class: s.class, threads: s.threads, regs: s.regs, smem: s.smem, blocks: s.blocks}
+	s.n -= m
+	for _, r := range s.res {
+		q := *r
+		q.set = t
+		t.res = append(t.res, &q)
+		d.res = append(d.res, &q)
+	}
+	d.sets = append(d.sets, t)
+	return t
+}
+
+// removeRes drops every residency for which gone is true, then merges the
+// sets that emptied; lock held.
 func (d *Device) removeRes(gone func(*residency) bool) {
+	n := len(d.res)
 	keep := d.res[:0]
 	for _, r := range d.res {
 		if gone(r) {
@@ -155,31 +174,48 @@ func (d *Device) removeRes(gone func(*residency) bool) {
 	}
 	clear(d.res[len(keep):])
 	d.res = keep
+	if len(keep) != n {
+		d.mergeEmpty()
+	}
 }
 
-// blockWork is the work of one block started on SM i (jitter, see above).
-func blockWork(k *op, i int) float64 {
-	return k.blockNs * (1 - jitterStep*float64(jitterClasses-1-i%jitterClasses))
+// mergeEmpty folds the empty sets of each jitter class into one.
+func (d *Device) mergeEmpty() {
+	var empty [jitterClasses]*smSet
+	d.sets = slices.DeleteFunc(d.sets, func(s *smSet) bool {
+		if len(s.res) > 0 {
+			return false
+		}
+		if e := empty[s.class]; e != nil {
+			e.n += s.n
+			return true
+		}
+		empty[s.class] = s
+		return false
+	})
+}
+
+// blockWork is the work of one block started on an SM of set s.
+func blockWork(k *op, s *smSet) float64 {
+	return k.blockNs * (1 - jitterStep*float64(jitterClasses-1-s.class))
 }
 
 // dispatch hands free SM room to kernels; lock held. Within one context
 // kernels are served in queue order, a later one getting only what earlier
-// ones cannot use (the leftover policy). Between contexts — MPS clients — the
-// free room is split evenly among their oldest waiting kernels first, then
-// what is left goes in queue order. Blocks are spread over the SMs with the
-// most room first, as the hardware distributes them, and a context never
-// holds more SMs than its active-thread percentage allows.
+// ones cannot use. Between contexts — MPS clients — the free room is split
+// evenly among their oldest waiting kernels first, then what is left goes in
+// queue order.
 func (d *Device) dispatch(kern []*op) {
 	slices.SortFunc(kern, func(a, b *op) int { return cmp.Compare(a.seq, b.seq) })
-	heads := d.heads[:0]
-	defer func() { d.heads = heads[:0] }()
 	freeThreads := 0
-	for i := range d.sms {
-		freeThreads += d.p.MaxThreadsPerSM - d.sms[i].threads
+	for _, s := range d.sets {
+		freeThreads += s.n * (d.p.MaxThreadsPerSM - s.threads)
 	}
 	if freeThreads == 0 {
 		return
 	}
+	heads := d.heads[:0]
+	defer func() { d.heads = heads[:0] }()
 	for _, k := range kern {
 		if k.ready() && !slices.ContainsFunc(heads, func(h *op) bool { return h.ctx == k.ctx }) {
 			heads = append(heads, k)
@@ -200,26 +236,31 @@ func (d *Device) dispatch(kern []*op) {
 // ready: k has blocks to place and may place them now.
 func (k *op) ready() bool { return k.pending > 0 && k.fixedLeft <= 0 && k.saved == nil }
 
-// place puts up to quota of k's pending blocks on the SMs; lock held.
+type slot struct {
+	s    *smSet
+	room int // more blocks of the kernel each SM of s can take
+	held bool
+}
+
+// place puts up to quota of k's pending blocks on the SMs; lock held. Blocks
+// are spread evenly over the SMs with room, those the context already holds
+// and then the emptiest first, as the hardware distributes them; a context
+// never holds more SMs than its active-thread percentage allows.
 func (d *Device) place(k *op, quota int) {
 	quota = min(quota, k.pending)
 	if quota <= 0 {
 		return
 	}
-	p := &d.p
+	want := quota
+	defer func() { k.pending -= want - quota }()
 	x := k.ctx
 	cand := d.cand[:0]
 	defer func() { d.cand = cand[:0] }()
-	for i := range d.sms {
-		if n := d.sms[i].fits(k, p); n > 0 {
-			cand = append(cand, slot{i, n, d.sms[i].holdsCtx(x)})
+	for _, s := range d.sets {
+		if n := s.fits(k, &d.p); n > 0 {
+			cand = append(cand, slot{s, n, s.holdsCtx(x)})
 		}
 	}
-	if len(cand) == 0 {
-		return
-	}
-	// SMs the context already holds first (they do not count against its
-	// cap again), then the emptiest
 	slices.SortStableFunc(cand, func(a, b slot) int {
 		if a.held != b.held {
 			if a.held {
@@ -227,44 +268,52 @@ func (d *Device) place(k *op, quota int) {
 			}
 			return 1
 		}
-		return cmp.Compare(d.sms[a.i].threads, d.sms[b.i].threads)
+		return cmp.Compare(a.s.threads, b.s.threads)
 	})
-	newSMs := x.smCap - x.smsHeld
-	n := 0
+	budget, sms, n := x.smCap-x.smsHeld, 0, 0
 	for _, c := range cand {
-		if c.held || newSMs > 0 {
-			if !c.held {
-				newSMs--
+		if !c.held {
+			if budget <= 0 {
+				continue
 			}
-			cand[n] = c
-			n++
+			if c.s.n > budget {
+				c.s = d.split(c.s, budget)
+			}
+			budget -= c.s.n
 		}
+		cand[n] = c
+		n++
+		sms += c.s.n
 	}
 	cand = cand[:n]
-	// spread: every SM gets an equal part of what is left, up to its room
 	for quota > 0 && len(cand) > 0 {
-		share := (quota + len(cand) - 1) / len(cand)
+		share := (quota + sms - 1) / sms // blocks per SM this round
 		keep := cand[:0]
 		for _, c := range cand {
-			m := min(share, c.room, quota)
-			if m == 0 {
+			per := min(share, c.room)
+			if per*c.s.n > quota {
+				// the last blocks: an equal part on every SM of the set,
+				// one more on some of them
+				if all := quota / c.s.n; all > 0 {
+					d.put(c.s, all, k, blockWork(k, c.s))
+					quota -= all * c.s.n
+				}
+				if quota > 0 {
+					d.put(d.split(c.s, quota), 1, k, blockWork(k, c.s))
+				}
+				quota = 0
 				break
 			}
-			quota -= m
-			k.pending -= m
-			d.put(c.i, m, k, blockWork(k, c.i))
-			if c.room -= m; c.room > 0 {
+			d.put(c.s, per, k, blockWork(k, c.s))
+			quota -= per * c.s.n
+			if c.room -= per; c.room > 0 {
 				keep = append(keep, c)
+			} else {
+				sms -= c.s.n
 			}
 		}
 		cand = keep
 	}
-}
-
-type slot struct {
-	i    int
-	room int
-	held bool
 }
 
 // save takes the resident blocks of group g off the SMs (a context switch
@@ -274,13 +323,14 @@ func (d *Device) save(g *group) {
 		if r.k.ctx.grp != g {
 			return false
 		}
-		r.k.saved = append(r.k.saved, savedBlocks{sm: r.sm, n: r.n, rem: r.rem})
+		r.k.saved = append(r.k.saved, savedBlocks{class: r.set.class, sms: r.set.n, n: r.n, rem: r.rem})
 		return true
 	})
 }
 
-// restore puts group g's saved blocks back where they were; lock held. The
-// SMs are free of other groups' blocks, which were saved when g got the GPU.
+// restore puts group g's saved blocks back on SMs of the classes they left;
+// lock held. The other groups' blocks were saved when g got the GPU, so the
+// SMs are free.
 func (d *Device) restore(g *group) {
 	for _, x := range g.ctxs {
 		for _, st := range x.slist {
@@ -289,27 +339,33 @@ func (d *Device) restore(g *group) {
 			}
 			k := st.q[0]
 			for _, b := range k.saved {
-				d.put(b.sm, b.n, k, b.rem)
+				for left := b.sms; left > 0; {
+					i := slices.IndexFunc(d.sets, func(s *smSet) bool { return s.class == b.class && len(s.res) == 0 })
+					if i < 0 {
+						// no empty SM of that class: lose the rest's progress
+						k.pending += left * b.n
+						break
+					}
+					s := d.sets[i]
+					if s.n > left {
+						s = d.split(s, left)
+					}
+					d.put(s, b.n, k, b.rem)
+					left -= s.n
+				}
 			}
 			k.saved = nil
 		}
 	}
 }
 
-// rates sets every residency's progress rate and returns the number of SMs
-// holding blocks; lock held. A block runs at full speed while its SM is not
-// oversubscribed (resident blocks' demands, 1/bps each, sum to at most 1),
-// slower when it is; blocks of other contexts on its SM and other contexts'
-// memory traffic cost it extra; the device's memory bandwidth is shared as
-// memFactor says.
-func (d *Device) rates(kern []*op, d2d []*op) int {
-	busySMs := 0
-	for i := range d.sms {
-		s := &d.sms[i]
-		if len(s.res) == 0 {
-			continue
-		}
-		busySMs++
+// rates sets every residency's progress rate; lock held. A block runs at
+// full speed while its SM is not oversubscribed (resident blocks' demands,
+// 1/bps each, sum to at most 1), slower when it is; blocks of other contexts
+// on its SM and other contexts' memory traffic cost it extra; the device's
+// memory bandwidth is shared as memContention says.
+func (d *Device) rates(kern []*op, d2d []*op) {
+	for _, s := range d.sets {
 		load := 0.0
 		for _, r := range s.res {
 			load += float64(r.n) / float64(r.k.sh.bps)
@@ -329,7 +385,7 @@ func (d *Device) rates(kern []*op, d2d []*op) int {
 		k.bwUse = 0
 	}
 	for _, r := range d.res {
-		r.k.bwUse += float64(r.n) * r.rate
+		r.k.bwUse += float64(r.n*r.set.n) * r.rate
 	}
 	demand := float64(len(d2d))
 	for _, k := range kern {
@@ -355,7 +411,17 @@ func (d *Device) rates(kern []*op, d2d []*op) int {
 	for _, o := range d2d {
 		o.rate = 1 / x
 	}
-	return busySMs
+}
+
+// busySMs counts the SMs holding blocks.
+func (d *Device) busySMs() int {
+	n := 0
+	for _, s := range d.sets {
+		if len(s.res) > 0 {
+			n += s.n
+		}
+	}
+	return n
 }
 
 // memContention finds how much longer memory accesses take when the running

@@ -37,7 +37,7 @@ type Device struct {
 	power      float64
 	powerLimit float64
 	smAct      float64 // SMs holding blocks / SMs
-	sms        []smState
+	sets       []*smSet
 	res        []*residency // every residency on the SMs (blocks.go)
 	seqN       uint64       // the block scheduler's queue order
 	switchEnd  float64      // a context switch is under way until then
@@ -47,6 +47,7 @@ type Device struct {
 	d2d        []*op
 	cand       []slot
 	heads      []*op
+	front      *op // the kernel the front end is setting up (launching)
 	touched    []*Client // scratch for progress
 
 	hung bool
@@ -81,7 +82,7 @@ type sample struct {
 
 func newDevice(s *Sim, i int, p Profile) *Device {
 	return &Device{s: s, index: i, p: p, clockRel: 1, power: p.IdlePowerW, powerLimit: p.PowerLimitW,
-		sms:     make([]smState, p.SMs),
+		sets:    newSMSets(p),
 		uuid:    fmt.Sprintf("GPU-5e9d0000-%04x-4000-8000-%012x", i, 0x6a5e0000+i),
 		nextPtr: 0x7f0000000000 + uint64(i)<<36, wake: make(chan struct{}, 1)}
 }
@@ -325,19 +326,19 @@ func (d *Device) schedule() {
 			}
 		}
 	}
+	d.front = nil
+	for _, k := range kern {
+		if k.fixedLeft > 0 && (d.front == nil || k.seq < d.front.seq) {
+			d.front = k
+		}
+	}
 	if !d.switching() {
 		d.dispatch(kern)
 	}
 	// power governor: dynamic power grows with SM activity and clock; above
 	// the limit the clock drops until the draw fits. The clock chosen for the
 	// SMs held now stands until the next schedule.
-	busySMs := 0
-	for i := range d.sms {
-		if len(d.sms[i].res) > 0 {
-			busySMs++
-		}
-	}
-	d.smAct = float64(busySMs) / float64(d.p.SMs)
+	d.smAct = float64(d.busySMs()) / float64(d.p.SMs)
 	dyn := (d.p.FullLoadPowerW - d.p.IdlePowerW) * d.smAct
 	d.clockRel = 1
 	if dyn > 0 && d.p.IdlePowerW+dyn > d.powerLimit {
@@ -366,8 +367,11 @@ func (d *Device) schedule() {
 func (d *Device) switching() bool { return d.t < d.switchEnd }
 
 // launching: kernel k is paying its fixed launch cost (it runs, on no SM).
+// The GPU's front end sets up one kernel at a time for all contexts, so only
+// the oldest kernel with a fixed cost left pays it; the others queue
+// (docs/gpusim-calibration.md: nos_mps_scaling).
 func (d *Device) launching(k *op) bool {
-	return k.kind == opKernel && k.fixedLeft > 0 && !d.switching() && !d.hung
+	return k == d.front && k.fixedLeft > 0 && !d.switching() && !d.hung
 }
 
 func (d *Device) nextGroup(withWork []*group) *group {
@@ -490,11 +494,9 @@ func (d *Device) completeDue() {
 	if len(d.res) != n {
 		d.dirty = true
 	}
-	for _, o := range d.running {
-		if o.kind == opKernel && o.fixedLeft > 0 && o.fixedLeft <= 1e-3 {
-			o.fixedLeft = 0
-			d.dirty = true
-		}
+	if k := d.front; k != nil && k.fixedLeft <= 1e-3 {
+		k.fixedLeft, d.front = 0, nil
+		d.dirty = true
 	}
 	for _, g := range d.groups {
 		for _, x := range g.ctxs {

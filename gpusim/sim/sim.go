@@ -9,10 +9,16 @@ import (
 	"time"
 )
 
+// DefaultTimeSlice is the time slice of contexts outside MPS. NVIDIA does
+// not document its default; 3 ms, with the context-switch cost in
+// blocks.go, reproduces the published time-slicing measurements
+// (docs/gpusim-calibration.md: nos_ts_*, tally_*_ts).
+const DefaultTimeSlice = 3 * time.Millisecond
+
 // Config sets up a simulator.
 type Config struct {
 	Devices    []Profile     // one entry per simulated GPU
-	TimeSlice  time.Duration // time slice between contexts without MPS (default 2ms)
+	TimeSlice  time.Duration // time slice between contexts without MPS (default DefaultTimeSlice)
 	MaxPending int           // queued operations per process before launches block (default 1024)
 	Window     time.Duration // NVML utilisation averaging window (default 1s)
 	Logger     *slog.Logger
@@ -48,7 +54,7 @@ func New(cfg Config) (*Sim, error) {
 		return nil, fmt.Errorf("simulator supports at most 64 devices, got %d", len(cfg.Devices))
 	}
 	if cfg.TimeSlice == 0 {
-		cfg.TimeSlice = 2 * time.Millisecond
+		cfg.TimeSlice = DefaultTimeSlice
 	}
 	if cfg.TimeSlice < 50*time.Microsecond || cfg.TimeSlice > time.Second {
 		return nil, fmt.Errorf("time slice %v out of range [50us, 1s]", cfg.TimeSlice)

@@ -492,7 +492,7 @@ func Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("gpusimd", flag.ContinueOnError)
 	socket := fs.String("socket", envOr("GPUSIM_SOCKET", DefaultSocket), "unix socket to serve (env GPUSIM_SOCKET)")
 	gpus := fs.String("gpus", "h100", "comma-separated GPU profiles, one per simulated device ("+strings.Join(sim.ProfileNames(), ", ")+"); NAMExN repeats")
-	slice := fs.Duration("timeslice", 2*time.Millisecond, "time slice between contexts without MPS")
+	slice := fs.Duration("timeslice", sim.DefaultTimeSlice, "time slice between contexts without MPS")
 	window := fs.Duration("window", time.Second, "utilisation averaging window (NVML sample period)")
 	maxPending := fs.Int("max-pending", 1024, "queued operations per process before launches block")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

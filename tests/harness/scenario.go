@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/muxflow/muxflow/gpusim/sim"
 	"math"
 	"os"
 	"strconv"
@@ -137,7 +138,7 @@ func (s *Scenario) defaults() {
 		s.Days = 1
 	}
 	if s.TimeSlice == 0 {
-		s.TimeSlice = policy.Duration(2 * time.Millisecond)
+		s.TimeSlice = policy.Duration(sim.DefaultTimeSlice)
 	}
 	if s.Sample == 0 {
 		s.Sample = policy.Duration(500 * time.Millisecond)
