@@ -44,13 +44,18 @@ func yolos() Workload {
 	return Workload{Name: "yolos-small", Arrival: Loop, Kernels: ks}
 }
 
-// bertInfer is Tally's BERT-base inference server: 4.05 ms a request of 144
-// short kernels (GEMMs, attention, layer norms), offered at half the rate it
-// can serve alone.
+// bertInfer is Tally's BERT-base inference server: 4.05 ms a request of 12
+// layers of short kernels (GEMMs over two blocks per SM, small element-wise
+// and normalisation kernels), offered at half the rate it can serve alone.
 func bertInfer() Workload {
 	var ks []Kernel
-	for i := 0; i < 144; i++ {
-		ks = append(ks, Kernel{FixedUs: 3, BlockUs: 25, BW: 0.4, Grid: 216, Threads: 256})
+	for layer := 0; layer < 12; layer++ {
+		for i := 0; i < 4; i++ { // QKV, attention output and FFN GEMMs
+			ks = append(ks, Kernel{FixedUs: 3, BlockUs: 40, BW: 0.3, Grid: 216, Threads: 128})
+		}
+		for i := 0; i < 8; i++ { // softmax, layer norms, bias/GELU, attention batches
+			ks = append(ks, Kernel{FixedUs: 3, BlockUs: 17, BW: 0.5, Grid: 48, Threads: 128})
+		}
 	}
 	return Workload{Name: "bert-infer", Arrival: Poisson, Rate: 0.5 / 4.05e-3, NoQueue: true, Kernels: ks}
 }
@@ -62,7 +67,7 @@ func resnetTrain() Workload {
 	var ks []Kernel
 	for i := 0; i < 20; i++ {
 		ks = append(ks,
-			Kernel{FixedUs: 3, BlockUs: 60, BW: 0.5, Grid: 108 * 8 * 3, Threads: 256},
+			Kernel{FixedUs: 3, BlockUs: 60, BW: 0.3, Grid: 108 * 8 * 3, Threads: 256},
 			Kernel{FixedUs: 3, BlockUs: 20, BW: 0.9, Grid: 108 * 8, Threads: 256})
 	}
 	return Workload{Name: "resnet50-train", Arrival: Stream, Kernels: ks}
@@ -83,7 +88,7 @@ func bertTrain() Workload {
 // 2 s request.
 func llamaDecode() Workload {
 	var ks []Kernel
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 1000; i++ {
 		ks = append(ks, Kernel{FixedUs: 3, BlockUs: 30, BW: 0.9, Grid: 216, Threads: 128})
 	}
 	return Workload{Name: "llama2-7b-decode", Arrival: Loop, Kernels: ks}
