@@ -246,16 +246,16 @@ func play(ctx context.Context, p Point, shared bool) (float64, error) {
 
 // runner drives one workload on one stream.
 type runner struct {
-	w      Workload
-	c      *sim.Client
-	stream uint32
-	evBase uint32
-	fnBase uint32
+	w        Workload
+	c        *sim.Client
+	stream   uint32
+	evBase   uint32
+	fnBase   uint32
 	partners []*runner // Lockstep neighbours
-	lat    []float64 // ms per unit
-	units  int
-	span   float64 // ms of model time the counted units took (Stream)
-	err    error
+	lat      []float64 // ms per unit
+	units    int
+	span     float64 // ms of model time the counted units took (Stream)
+	err      error
 }
 
 const moduleHeader = "gpusim-module 1\n"

@@ -81,7 +81,7 @@ func TestDevicesAndSamples(t *testing.T) {
 
 	a := d.Artifacts
 	// long kernels keep the GPU busy even when the host thread is delayed
-	cmd := exec.Command(a.Train, "--duration", "3", "--kernels", "2", "--big-share", "0", "--small-grid", "264",
+	cmd := exec.Command(a.Train, "--duration", "3", "--kernels", "2", "--big-share", "0", "--small-grid", "33",
 		"--kernel-us", "100000", "--mem", "3G")
 	cmd.Env = append(os.Environ(), d.Env()...)
 	if err := cmd.Start(); err != nil {
@@ -113,9 +113,9 @@ func TestDevicesAndSamples(t *testing.T) {
 		t.Fatalf("GpmMetricsGet: %v", r)
 	}
 	smUtil, gfx := q.Metrics[0].Value, q.Metrics[1].Value
-	// 264 blocks of 256 threads hold 33 of 132 SMs: SM activity is a quarter
+	// 33 blocks, one on each of 33 of the 132 SMs: SM activity is a quarter
 	// of the time-based utilisation
-	if gfx < 30 || smUtil/gfx < 0.23 || smUtil/gfx > 0.27 {
+	if gfx < 30 || smUtil/gfx < 0.21 || smUtil/gfx > 0.27 { // less in the waves' tails
 		t.Errorf("GPM graphics %.1f%%, SM %.1f%%; want SM = 25%% of graphics", gfx, smUtil)
 	}
 	if nvml.Return(q.Metrics[2].NvmlReturn) != nvml.ERROR_NOT_SUPPORTED {

@@ -286,6 +286,43 @@ func (d *Device) place(k *op, quota int) {
 		sms += c.s.n
 	}
 	cand = cand[:n]
+	if quota < sms {
+		// fewer blocks than SMs: one block on SMs of every set in proportion
+		// to its size, so a small kernel meets slow and fast SMs alike
+		left := quota
+		for i, c := range cand {
+			m := quota * c.s.n / sms
+			if i == len(cand)-1 || m > left {
+				m = left
+			}
+			m = min(m, c.s.n)
+			if m == 0 {
+				continue
+			}
+			s := c.s
+			if m < s.n {
+				s = d.split(s, m)
+			}
+			d.put(s, 1, k, blockWork(k, s))
+			left -= m
+		}
+		for _, c := range cand { // rounding left a few
+			if left == 0 {
+				break
+			}
+			if c.s.fits(k, &d.p) > 0 {
+				m := min(left, c.s.n)
+				s := c.s
+				if m < s.n {
+					s = d.split(s, m)
+				}
+				d.put(s, 1, k, blockWork(k, s))
+				left -= m
+			}
+		}
+		quota = left
+		return
+	}
 	for quota > 0 && len(cand) > 0 {
 		share := (quota + sms - 1) / sms // blocks per SM this round
 		keep := cand[:0]

@@ -47,7 +47,7 @@ type Device struct {
 	d2d        []*op
 	cand       []slot
 	heads      []*op
-	front      *op // the kernel the front end is setting up (launching)
+	front      *op       // the kernel the front end is setting up (launching)
 	touched    []*Client // scratch for progress
 
 	hung bool

@@ -38,11 +38,11 @@ type Profile struct {
 	// that are not in one MPS server (a time-slice end or a priority
 	// preemption): the outgoing context's resident blocks are saved and the
 	// incoming one's restored, and no kernel runs meanwhile.
-	CtxSwitchNs float64
-	CCMajor         int     // compute capability
-	CCMinor         int
-	BusWidthBits    int // memory bus width
-	L2Bytes         int // L2 cache size
+	CtxSwitchNs  float64
+	CCMajor      int // compute capability
+	CCMinor      int
+	BusWidthBits int // memory bus width
+	L2Bytes      int // L2 cache size
 }
 
 const (

@@ -222,8 +222,9 @@ type op struct {
 	saved     []savedBlocks
 	bwUse     float64 // scratch (rates): bandwidth share it would use unhindered
 	memSlow   float64 // scratch (rates): how much memory contention stretches its blocks
-	dropped   bool // its stream was dropped (context fault or release)
+	dropped   bool    // its stream was dropped (context fault or release)
 }
+
 // Stream is an in-order queue of operations.
 type Stream struct {
 	ID      uint32

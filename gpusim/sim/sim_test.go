@@ -362,8 +362,15 @@ func TestPowerCapLowersClock(t *testing.T) {
 		p.c.Launch(p.st, 10, [3]uint32{132 * 8, 1, 1}, [3]uint32{256, 1, 1})
 	}
 	p.c.RecordEvent(901, p.st)
-	time.Sleep(3 * time.Millisecond)
-	st, _ := s.Stats(0)
+	// look while a wave runs (between kernels the last SMs of a wave run
+	// alone, under the cap)
+	var st DeviceStats
+	for i := 0; i < 50; i++ {
+		time.Sleep(100 * time.Microsecond)
+		if st, _ = s.Stats(0); st.ClockReasons&ReasonSwPowerCap != 0 {
+			break
+		}
+	}
 	if st.ClockReasons&ReasonSwPowerCap == 0 || st.SMClockMHz >= st.MaxSMClockMHz || st.PowerW > 400.5 {
 		t.Errorf("under a 400W cap at full load: clock %d/%d MHz, reasons %#x, power %.0fW",
 			st.SMClockMHz, st.MaxSMClockMHz, st.ClockReasons, st.PowerW)
@@ -457,8 +464,9 @@ func TestPriorityPreemptsWithoutMPS(t *testing.T) {
 	for try := 0; try < 3; try++ {
 		best = min(best, hi.run(t, 11, 33, 1)) // 33 SMs for 1ms
 	}
-	// no waiting for the neighbour's slice: the high-priority kernel runs at once
-	if best > 1100*time.Microsecond {
-		t.Errorf("high-priority kernel beside a busy context took %v, want about 1ms", best)
+	// no waiting for the neighbour's slice: the high-priority kernel preempts
+	// it at once, paying one context switch (0.3ms), then runs its 1ms
+	if sw := time.Duration(ctxSwitchNs); best < 1000*time.Microsecond+sw*9/10 || best > 1100*time.Microsecond+sw {
+		t.Errorf("high-priority kernel beside a busy context took %v, want about %v", best, time.Millisecond+sw)
 	}
 }

@@ -360,11 +360,13 @@ func TestStatsAgreeWithWhatRan(t *testing.T) {
 	if math.Abs(busy-160) > 0.1*160 {
 		t.Errorf("busy time %.1fms, want 160ms", busy)
 	}
-	if act := st[0].SMNs / st[0].BusyNs / float64(st[0].SMs); math.Abs(act-1) > 0.02 {
-		t.Errorf("SM activity while busy %.2f, want 1.0 for GPU-filling kernels", act)
+	// every SM holds blocks, but not to the last moment of each wave (the
+	// blocks of some SMs finish a little earlier)
+	if act := st[0].SMNs / st[0].BusyNs / float64(st[0].SMs); act < 0.85 || act > 1 {
+		t.Errorf("SM activity while busy %.2f, want 0.85-1 for GPU-filling kernels", act)
 	}
 	// small kernels: NVML utilisation counts the time, DCGM SM activity the SMs
-	p := spawn(t, d, nil, a.Train, "--duration", "2.5", "--kernels", "4", "--big-share", "0", "--small-grid", "264", "--kernel-us", "1000", "--mem", "256M")
+	p := spawn(t, d, nil, a.Train, "--duration", "2.5", "--kernels", "4", "--big-share", "0", "--small-grid", "33", "--kernel-us", "1000", "--mem", "256M")
 	// wait until it runs, then let a whole window pass
 	waitLaunches(t, d, p)
 	time.Sleep(700 * time.Millisecond)
@@ -394,6 +396,7 @@ func TestStatsAgreeWithWhatRan(t *testing.T) {
 		t.Errorf("NVML utilisation device %.0f%% process %.0f%%, want equal and well above 0", st[0].Util, ps.Util)
 	}
 	// SM activity is utilisation scaled by the share of SMs the kernels held
+	// (33 blocks: one on each of 33 SMs)
 	if want := 33.0 / 132; math.Abs(st[0].SMActivity/(st[0].Util/100)-want) > 0.02 {
 		t.Errorf("SM activity %.3f at %.0f%% utilisation, want %.2f of it (33 of 132 SMs)", st[0].SMActivity, st[0].Util, want)
 	}
