@@ -88,7 +88,7 @@ func TestPointsAreWellFormed(t *testing.T) {
 // nothing and about 2.00 when they cannot share SMs.
 func TestRatiosMoveWithTheModel(t *testing.T) {
 	h100, _ := sim.LookupProfile("h100")
-	base := Point{ID: "x", GPU: h100, Sharing: Streams, Metric: MeanLatency, Lockstep: true, Published: 1, Seconds: 0.5}
+	base := Point{ID: "x", GPU: h100, Sharing: Streams, Metric: MeanLatency, Lockstep: true, Published: 1, Seconds: 0.3}
 	fit, full := base, base
 	fit.Subject, fit.Others = sleepKernel(132), []Workload{sleepKernel(132)}
 	full.Subject, full.Others = sleepKernel(264), []Workload{sleepKernel(264)}

@@ -107,7 +107,7 @@ const (
 	nos     = "Nebuly nos, demos/gpu-sharing-comparison README, Results table"
 	elvTB   = "Elvinger et al. (SoCC'25) §4.1.1, artifact README (thread-block scheduler)"
 	elvATP  = "Elvinger et al. (SoCC'25), artifact memory-bandwidth README"
-	seconds = 3
+	seconds = 2
 )
 
 // Points are the calibration points (docs/gpusim-calibration.md).
@@ -115,9 +115,9 @@ func Points() []Point {
 	a100, h100 := profile("a100"), profile("h100")
 	return []Point{
 		{ID: "elvinger_tb_fit", Source: elvTB, GPU: h100, Sharing: Streams, Metric: MeanLatency,
-			Subject: sleepKernel(132), Others: []Workload{sleepKernel(132)}, Lockstep: true, Published: 1.00, Seconds: 1, Short: true},
+			Subject: sleepKernel(132), Others: []Workload{sleepKernel(132)}, Lockstep: true, Published: 1.00, Seconds: 0.5, Short: true},
 		{ID: "elvinger_tb_full", Source: elvTB, GPU: h100, Sharing: Streams, Metric: MeanLatency,
-			Subject: sleepKernel(264), Others: []Workload{sleepKernel(264)}, Lockstep: true, Published: 2.00, Seconds: 1, Short: true},
+			Subject: sleepKernel(264), Others: []Workload{sleepKernel(264)}, Lockstep: true, Published: 2.00, Seconds: 0.5, Short: true},
 		{ID: "elvinger_atp_tpc", Source: elvATP, GPU: rtx3090(), Metric: SMsGranted, ATP: 50, Published: 40, Short: true},
 		{ID: "nos_ts_3", Source: nos, GPU: a100, Sharing: TimeSlice, Metric: MeanLatency,
 			Subject: yolos(), Others: times(yolos(), 2), Published: 3.33, Seconds: seconds, Short: true},

@@ -287,40 +287,8 @@ func (d *Device) place(k *op, quota int) {
 	}
 	cand = cand[:n]
 	if quota < sms {
-		// fewer blocks than SMs: one block on SMs of every set in proportion
-		// to its size, so a small kernel meets slow and fast SMs alike
-		left := quota
-		for i, c := range cand {
-			m := quota * c.s.n / sms
-			if i == len(cand)-1 || m > left {
-				m = left
-			}
-			m = min(m, c.s.n)
-			if m == 0 {
-				continue
-			}
-			s := c.s
-			if m < s.n {
-				s = d.split(s, m)
-			}
-			d.put(s, 1, k, blockWork(k, s))
-			left -= m
-		}
-		for _, c := range cand { // rounding left a few
-			if left == 0 {
-				break
-			}
-			if c.s.fits(k, &d.p) > 0 {
-				m := min(left, c.s.n)
-				s := c.s
-				if m < s.n {
-					s = d.split(s, m)
-				}
-				d.put(s, 1, k, blockWork(k, s))
-				left -= m
-			}
-		}
-		quota = left
+		d.placeThin(k, cand, quota)
+		quota = 0
 		return
 	}
 	for quota > 0 && len(cand) > 0 {
@@ -489,4 +457,53 @@ func memContention(kern []*op, copies int, demand float64) float64 {
 		}
 	}
 	return hi
+}
+
+// placeThin puts quota blocks, fewer than the candidate SMs, one to an SM:
+// on the emptiest SMs first and, among SMs equally full, on every jitter
+// class in proportion to its size, so that a small kernel meets slow and
+// fast SMs alike; lock held.
+func (d *Device) placeThin(k *op, cand []slot, quota int) {
+	for i := 0; i < len(cand) && quota > 0; {
+		// the level: candidates as full as cand[i] (and as held)
+		j, level := i, 0
+		for ; j < len(cand) && cand[j].held == cand[i].held && cand[j].s.threads == cand[i].s.threads; j++ {
+			level += cand[j].s.n
+		}
+		take := min(quota, level)
+		left := take
+		for x := i; x < j && left > 0; x++ {
+			s := cand[x].s
+			m := take * s.n / level
+			if x == j-1 || m > left {
+				m = left
+			}
+			if m == 0 {
+				continue
+			}
+			m = min(m, s.n)
+			if m < s.n {
+				s = d.split(s, m)
+			}
+			d.put(s, 1, k, blockWork(k, s))
+			left -= m
+		}
+		quota -= take - left
+		if left > 0 { // rounding: the rest on the level's first sets
+			for x := i; x < j && left > 0; x++ {
+				s := cand[x].s
+				if s.holdsKernel(k) {
+					continue
+				}
+				m := min(left, s.n)
+				if m < s.n {
+					s = d.split(s, m)
+				}
+				d.put(s, 1, k, blockWork(k, s))
+				left -= m
+				quota -= m
+			}
+		}
+		i = j
+	}
 }

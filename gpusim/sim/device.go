@@ -546,7 +546,7 @@ func (d *Device) loop() {
 		s.mu.Unlock()
 		wait := time.Hour
 		if !math.IsInf(tn, 1) {
-			wait = time.Duration(tn - now)
+			wait = time.Duration((tn - now) * s.cfg.TimeScale)
 			if wait < 0 {
 				wait = 0
 			}

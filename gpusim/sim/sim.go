@@ -21,6 +21,12 @@ type Config struct {
 	TimeSlice  time.Duration // time slice between contexts without MPS (default DefaultTimeSlice)
 	MaxPending int           // queued operations per process before launches block (default 1024)
 	Window     time.Duration // NVML utilisation averaging window (default 1s)
+	// TimeScale runs the model slower than real time: one model second
+	// takes TimeScale real seconds (default 1: real time). A slowed model
+	// lets an in-process client issue launches faster than the model's
+	// kernels complete on a small machine (gpusim/calibration uses it);
+	// programs that sleep or time in real time must scale their own clocks.
+	TimeScale float64
 	Logger     *slog.Logger
 }
 
@@ -74,6 +80,12 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 1
+	}
+	if cfg.TimeScale < 1 || cfg.TimeScale > 100 {
+		return nil, fmt.Errorf("time scale %v out of range [1, 100]", cfg.TimeScale)
+	}
 	s := &Sim{cfg: cfg, start: time.Now(), clients: map[*Client]bool{}, servers: map[int]*MPSServer{},
 		log: cfg.Logger, stop: make(chan struct{})}
 	for i, p := range cfg.Devices {
@@ -105,7 +117,7 @@ func (s *Sim) Close() {
 }
 
 // nowNs is the simulator's clock: nanoseconds since New, monotonic.
-func (s *Sim) nowNs() float64 { return float64(time.Since(s.start).Nanoseconds()) }
+func (s *Sim) nowNs() float64 { return float64(time.Since(s.start).Nanoseconds()) / s.cfg.TimeScale }
 
 // DeviceCount is the number of simulated GPUs.
 func (s *Sim) DeviceCount() int { return len(s.devs) }
