@@ -27,7 +27,7 @@ type Config struct {
 	// kernels complete on a small machine (gpusim/calibration uses it);
 	// programs that sleep or time in real time must scale their own clocks.
 	TimeScale float64
-	Logger     *slog.Logger
+	Logger    *slog.Logger
 }
 
 // Sim is a set of simulated GPUs and the processes using them. One lock
