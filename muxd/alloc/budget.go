@@ -1,0 +1,81 @@
+package alloc
+
+import (
+	"math"
+	"slices"
+)
+
+// Claim is one offline container's claim on a GPU's offline budget.
+type Claim struct {
+	// Weight sets its part relative to the others (its class priority + 1).
+	Weight float64
+	// Cap is its own ceiling (its muxflow.io/sm-percent, else the class's sm_max), 0..1.
+	Cap float64
+}
+
+// SplitBudget divides one GPU's offline budget among the offline containers on it by
+// weighted max-min fairness (water-filling): every container gets the same level × its
+// weight, except that none gets more than its own Cap, and what a capped container leaves
+// is shared by the others the same way. The parts never sum to more than budget, and
+// none is above its Cap.
+//
+// It returns each container's share and its uncapped part (level × weight): the part of
+// the budget it would get if its own cap did not bind. share = min(cap, part).
+func SplitBudget(budget float64, claims []Claim) (shares, parts []float64) {
+	shares = make([]float64, len(claims))
+	parts = make([]float64, len(claims))
+	if budget <= 0 || math.IsNaN(budget) {
+		return shares, parts
+	}
+	order := make([]int, 0, len(claims))
+	var w float64
+	for i, c := range claims {
+		if c.Weight > 0 {
+			order = append(order, i)
+			w += c.Weight
+		}
+	}
+	if w == 0 {
+		return shares, parts
+	}
+	capOf := func(i int) float64 { return clamp(claims[i].Cap, 0, 1) }
+	// Fill in order of cap per unit of weight: the first ones to reach their cap are
+	// fixed there, and the rest share what is left.
+	slices.SortStableFunc(order, func(a, b int) int {
+		ra, rb := capOf(a)/claims[a].Weight, capOf(b)/claims[b].Weight
+		switch {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	left, wLeft := budget, w
+	level := math.Inf(1)
+	for k, i := range order {
+		c := claims[i]
+		if capOf(i) >= left*c.Weight/wLeft {
+			level = left / wLeft
+			for _, j := range order[k:] {
+				shares[j] = math.Min(capOf(j), level*claims[j].Weight)
+			}
+			break
+		}
+		shares[i] = capOf(i)
+		left -= capOf(i)
+		wLeft -= c.Weight
+	}
+	if math.IsInf(level, 1) {
+		// Every cap binds: the budget left over is what any of them could have had more.
+		level = 0
+		for _, i := range order {
+			level = math.Max(level, capOf(i)/claims[i].Weight)
+		}
+		level += left / w
+	}
+	for _, i := range order {
+		parts[i] = level * claims[i].Weight
+	}
+	return shares, parts
+}
