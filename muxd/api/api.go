@@ -119,6 +119,26 @@ type Container struct {
 	// Usage is read live from the control block when the container is reported;
 	// it is never stored.
 	Usage *Usage `json:"usage,omitempty"`
+	// Ceiling is an offline container's effective SM ceiling as the guard last set it
+	// (absent before its first period, and for online containers).
+	Ceiling *Ceiling `json:"ceiling,omitempty"`
+}
+
+// Ceiling is an offline container's effective SM ceiling and where it comes from. Its
+// GPUs' offline ceilings are budgets that all their offline containers split; its own
+// sm-percent is a ceiling of its own.
+type Ceiling struct {
+	// Percent is the share of GPU time its launch gate allows now: min(Own, Part).
+	Percent float64 `json:"percent"`
+	// Own is its own ceiling: its sm-percent, or the offline class's sm_max.
+	Own float64 `json:"own"`
+	// Part is its part of its GPUs' offline ceilings (the smallest over its GPUs).
+	Part float64 `json:"part"`
+	// MPSThreadPercent is the MPS active-thread percentage its new processes get: its
+	// part of the class's sm_max, split the same way.
+	MPSThreadPercent uint32 `json:"mps_thread_percent"`
+	// BoundBy names the limit that binds: "own sm-percent", "GPU budget" or "paused".
+	BoundBy string `json:"bound_by"`
 }
 
 // Usage is what a container's processes report through libxcuda's control block.
@@ -156,10 +176,21 @@ type GPU struct {
 	Utilization float64 `json:"utilization"`
 	// SMActivity is the percent of SMs busy, where the GPU reports it.
 	SMActivity *float64 `json:"sm_activity,omitempty"`
-	// OfflineShare is the GPU time (percent) the allocator gives offline work now.
+	// OfflineCeiling is the GPU's offline ceiling (percent of GPU time): the budget all
+	// its offline containers split, never more than the class's sm_max.
+	OfflineCeiling float64 `json:"offline_ceiling"`
+	// OfflineShare is the same value, under its older name.
 	OfflineShare float64 `json:"offline_share"`
+	// OfflineContainers is how many running offline containers split the ceiling.
+	OfflineContainers int `json:"offline_containers"`
 	// OnlineDemand is the allocator's estimate of the online workload's need (percent).
 	OnlineDemand float64 `json:"online_demand"`
+	// DemandSource says where the online utilisation behind the estimate came from, and
+	// why a conservative fallback was used when the online processes could not be found.
+	DemandSource string `json:"demand_source,omitempty"`
+	// CeilingReason is why the offline ceiling last changed, and CeilingChanged when.
+	CeilingReason  string    `json:"ceiling_reason,omitempty"`
+	CeilingChanged time.Time `json:"ceiling_changed,omitzero"`
 }
 
 // NodeReport is the body of GET /v1/node: the node, each GPU with its online workload's

@@ -89,6 +89,27 @@ type Guard struct {
 	reports map[string]stickyReport
 	// lastSticky is when each container last reported a sticky error (for corroboration).
 	lastSticky map[string]time.Time
+	// gpus keeps, per GPU, the demand estimate's inputs and why the ceiling last changed.
+	gpus map[string]*gpuState
+	// ceilings is each offline container's effective ceiling as last applied.
+	ceilings map[string]api.Ceiling
+}
+
+// gpuState is what the guard remembers of one GPU between periods.
+type gpuState struct {
+	// lastGood is the online utilisation measured the last time the online containers'
+	// processes were found in NVML's per-process samples (haveGood says there was one).
+	lastGood float64
+	haveGood bool
+	// source says where this period's online utilisation came from; failing is set while
+	// attribution fails (a change is logged once, not every period).
+	source  string
+	failing bool
+	// reason, reasonKey and changed: why the offline ceiling last changed, and when.
+	reason, reasonKey string
+	changed           time.Time
+	share             float64
+	offline           int
 }
 
 // stickyReport is one container's unconfirmed report of a dead GPU context.
@@ -116,10 +137,20 @@ const (
 
 // Status is the guard's view of one GPU, for the API.
 type Status struct {
-	UUID         string  `json:"uuid"`
+	UUID string `json:"uuid"`
+	// OfflineShare is the GPU's offline ceiling: the share of GPU time all its offline
+	// containers together may use (they split it; see alloc.SplitBudget).
 	OfflineShare float64 `json:"offline_share"`
 	OnlineDemand float64 `json:"online_demand"`
 	Burst        bool    `json:"burst,omitempty"`
+	// DemandSource says where the online utilisation came from (or why a conservative
+	// fallback was used).
+	DemandSource string `json:"demand_source,omitempty"`
+	// Reason is why the offline ceiling last changed, and Changed when.
+	Reason  string    `json:"reason,omitempty"`
+	Changed time.Time `json:"changed,omitzero"`
+	// OfflineContainers is how many running offline containers split the ceiling.
+	OfflineContainers int `json:"offline_containers"`
 }
 
 // AllocConfig maps the policy onto the allocator's configuration.
@@ -164,6 +195,7 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		g.restartAsked = map[string]bool{}
 		g.quarantined, g.suspect = map[string]string{}, map[string]int{}
 		g.reports, g.lastSticky = map[string]stickyReport{}, map[string]time.Time{}
+		g.gpus, g.ceilings = map[string]*gpuState{}, map[string]api.Ceiling{}
 	}
 	cfg := AllocConfig(p)
 	if cfg != g.allocCfg {
@@ -276,6 +308,11 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 			delete(g.lastSticky, id)
 		}
 	}
+	for id := range g.ceilings {
+		if !live[id] {
+			delete(g.ceilings, id)
+		}
+	}
 	g.mu.Unlock()
 	for id, why := range corrupt {
 		for _, c := range containers {
@@ -285,17 +322,34 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		}
 	}
 
-	shares := map[string]float64{} // offline container -> share (min over its GPUs)
+	// Each GPU's offline ceiling is a budget its offline containers split (launch-gate
+	// shares from the allocator's ceiling, MPS active-thread percentages from the class's
+	// sm_max); a container on several GPUs gets the smallest of its parts, and never more
+	// than its own sm-percent.
+	ceilings := map[string]api.Ceiling{}
+	mpsPart := map[string]float64{}
 	paused := map[string]bool{}
 	for _, v := range views {
 		uuid := v.status.UUID
 		health := healthOf(v.status.State)
 		in := alloc.Input{Now: now, Online: len(v.online) > 0, Health: health}
+		g.mu.Lock()
+		st := g.gpus[uuid]
+		if st == nil {
+			st = &gpuState{}
+			g.gpus[uuid] = st
+		}
+		g.mu.Unlock()
 		if in.Online {
-			in.OnlineUtil = g.onlineUtil(v)
+			in.OnlineUtil = g.estimateOnline(v, st)
 			for _, c := range v.online {
 				in.OnlineLaunchRate += rates[c.ID]
 			}
+		} else {
+			// The next online container starts from a clean slate.
+			g.mu.Lock()
+			st.haveGood, st.lastGood, st.source, st.failing = false, 0, "", false
+			g.mu.Unlock()
 		}
 		g.mu.Lock()
 		a := g.allocs[uuid]
@@ -307,16 +361,28 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		g.decisions[uuid] = d
 		prev := g.lastState[uuid]
 		g.lastState[uuid] = v.status.State
+		g.noteChange(st, v, in, d, now)
 		g.mu.Unlock()
 
-		weights := make([]float64, len(v.offline))
-		for i := range v.offline {
-			weights[i] = float64(p.Classes.Offline.Priority) + 1
+		claims := make([]alloc.Claim, len(v.offline))
+		for i, c := range v.offline {
+			claims[i] = alloc.Claim{Weight: float64(p.Classes.Offline.Priority) + 1, Cap: OwnCeiling(c, p)}
 		}
-		for i, s := range alloc.Split(d.Share, weights) {
-			id := v.offline[i].ID
-			if old, ok := shares[id]; !ok || s < old {
-				shares[id] = s
+		gate, parts := alloc.SplitBudget(d.Share, claims)
+		mps, _ := alloc.SplitBudget(g.allocCfg.OfflineMax, claims)
+		for i, c := range v.offline {
+			id := c.ID
+			old, ok := ceilings[id]
+			if !ok || gate[i] < old.Percent {
+				old.Percent = gate[i]
+			}
+			if !ok || parts[i] < old.Part {
+				old.Part = parts[i]
+			}
+			old.Own = claims[i].Cap
+			ceilings[id] = old
+			if m, ok := mpsPart[id]; !ok || mps[i] < m {
+				mpsPart[id] = mps[i]
 			}
 			if health == alloc.Stop {
 				paused[id] = true
@@ -326,8 +392,21 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 			g.onTransition(ctx, v, prev, p)
 		}
 	}
-	for id, s := range shares {
-		g.apply(id, s, paused[id])
+	for id, c := range ceilings {
+		c.MPSThreadPercent = mpsPercent(mpsPart[id])
+		switch {
+		case paused[id]:
+			c.BoundBy = "paused"
+		case c.Own < c.Part:
+			c.BoundBy = "own sm-percent"
+		default:
+			c.BoundBy = "GPU budget"
+		}
+		c.Percent, c.Own, c.Part = pct(c.Percent), pct(c.Own), pct(c.Part)
+		g.apply(id, c, paused[id])
+		g.mu.Lock()
+		g.ceilings[id] = c
+		g.mu.Unlock()
 	}
 	g.stickyErrors(ctx, views, usage, p, now)
 	if g.Profiler != nil {
@@ -617,55 +696,179 @@ func absDur(d time.Duration) time.Duration {
 	return d
 }
 
-// apply writes a new share into an offline container's control block, keeping every
-// other limit as it is.
-func (g *Guard) apply(id string, share float64, paused bool) {
+// apply writes an offline container's ceiling into its control block (its launch-gate
+// share, and the MPS active-thread percentage its new processes get), keeping every other
+// limit as it is. The share is rounded down, so the parts never sum above the budget.
+func (g *Guard) apply(id string, c api.Ceiling, paused bool) {
 	b := g.Blocks.Block(id)
 	if b == nil {
 		return
 	}
 	l := b.Limits()
-	bp := uint32(math.Round(share * ctlblock.ShareFull))
-	if l.ShareBP == bp && l.Paused == paused {
+	bp := uint32(math.Floor(c.Percent/100*ctlblock.ShareFull + 1e-6))
+	if l.ShareBP == bp && l.Paused == paused && l.MPSActiveThreadPercent == c.MPSThreadPercent {
 		return
 	}
-	l.ShareBP, l.Paused = bp, paused
+	l.ShareBP, l.Paused, l.MPSActiveThreadPercent = bp, paused, c.MPSThreadPercent
 	if err := b.SetLimits(l); err != nil {
 		g.Log.Error("cannot set offline share", "id", id, "err", err)
 	}
 }
 
-// onlineUtil is the share of time online kernels ran on the GPU: the per-process
-// utilisation of the online containers' processes when NVML reports it, else the GPU's
-// utilisation (which also counts offline kernels: a conservative estimate).
-func (g *Guard) onlineUtil(v gpuView) float64 {
+// OwnCeiling is an offline container's own ceiling (0..1): its sm-percent, else the
+// offline class's sm_max.
+func OwnCeiling(c api.Container, p *policy.Policy) float64 {
+	if c.Limits.SMPercent > 0 {
+		return math.Min(float64(c.Limits.SMPercent)/100, p.Classes.Offline.SMMax.Fraction())
+	}
+	return p.Classes.Offline.SMMax.Fraction()
+}
+
+// mpsPercent turns a part of the GPU into an MPS active-thread percentage: rounded down
+// (the parts must not sum above the budget), at least 1 (0 would mean "unset").
+func mpsPercent(part float64) uint32 {
+	v := math.Floor(part*100 + 1e-6)
+	return uint32(max(1, min(100, v)))
+}
+
+// pct turns a share (0..1) into a percentage with two decimals.
+func pct(share float64) float64 { return math.Round(share*1e4) / 100 }
+
+// estimateOnline is the online utilisation the allocator is given for one GPU: what
+// onlineUtil measured when the online processes were found, else a conservative
+// fallback (the larger of the GPU's whole utilisation and the last good measurement),
+// with the reason recorded in the GPU's state and logged when it starts and ends.
+func (g *Guard) estimateOnline(v gpuView, st *gpuState) float64 {
+	u, ok, why := g.onlineUtil(v)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ok {
+		st.lastGood, st.haveGood = u, true
+		if st.failing {
+			g.Log.Info("online processes found again in NVML's per-process samples", "gpu", v.status.UUID, "online_util", u)
+		}
+		st.source, st.failing = why, false
+		return u
+	}
+	est, src := u, why
+	if st.haveGood && st.lastGood > u {
+		est = st.lastGood
+		src = fmt.Sprintf("%s; using the last good estimate %.0f%% (above %.0f%%)", why, 100*st.lastGood, 100*u)
+	}
+	if !st.failing {
+		g.Log.Warn("cannot attribute GPU utilisation to the online containers: using a conservative estimate",
+			"gpu", v.status.UUID, "why", why, "estimate", est)
+	}
+	st.source, st.failing = src, true
+	return est
+}
+
+// onlineUtil is the share of time online kernels ran on the GPU, from the per-process
+// utilisation of the online containers' processes. ok is false when they cannot be
+// found (no per-process samples, or none of them belongs to an online container): the
+// value is then a conservative stand-in (the GPU's whole utilisation, which also counts
+// offline kernels, or 1 without it) and never 0, so that a failed attribution cannot
+// give offline work its maximum. why says which case it was.
+func (g *Guard) onlineUtil(v gpuView) (util float64, ok bool, why string) {
 	s := v.status.Sample
 	if s == nil {
-		return 1 // no sample yet: assume the worst
+		return 1, false, "no NVML sample yet: assuming the online work uses the whole GPU"
 	}
-	inits := map[int]string{}
-	for _, c := range v.online {
-		inits[c.PID] = c.ID
-	}
-	var sum float64
-	seen := false
-	for _, ps := range s.Processes {
-		if ps.SMUtilPercent == nil {
-			continue
-		}
-		seen = true
-		if _, ok := g.Owner(int(ps.PID), inits); ok {
-			sum += float64(*ps.SMUtilPercent) / 100
-		}
-	}
-	if !seen {
+	whole := func() float64 {
 		if s.GPUUtilPercent != nil {
-			return float64(*s.GPUUtilPercent) / 100
+			return math.Min(float64(*s.GPUUtilPercent)/100, 1)
 		}
 		return 1
 	}
-	return math.Min(sum, 1)
+	wholeText := func() string {
+		if s.GPUUtilPercent != nil {
+			return fmt.Sprintf("the GPU's utilisation %d%%", *s.GPUUtilPercent)
+		}
+		return "the whole GPU (no GPU utilisation either)"
+	}
+	online := map[int]string{}
+	var names []string
+	for _, c := range v.online {
+		online[c.PID] = c.ID
+		names = append(names, c.ID)
+	}
+	offline := map[int]string{}
+	for _, c := range v.offline {
+		offline[c.PID] = c.ID
+	}
+	var sum float64
+	samples, onlineSamples, offlineSamples, onlineListed := 0, 0, 0, 0
+	for _, ps := range s.Processes {
+		_, isOnline := g.Owner(int(ps.PID), online)
+		if isOnline {
+			onlineListed++
+		}
+		if ps.SMUtilPercent == nil {
+			continue
+		}
+		samples++
+		switch {
+		case isOnline:
+			onlineSamples++
+			sum += float64(*ps.SMUtilPercent) / 100
+		case len(offline) > 0:
+			if _, isOffline := g.Owner(int(ps.PID), offline); isOffline {
+				offlineSamples++
+			}
+		}
+	}
+	switch {
+	case onlineSamples > 0:
+		return math.Min(sum, 1), true, fmt.Sprintf("per-process utilisation of %d online process(es)", onlineSamples)
+	case onlineListed > 0 && offlineSamples > 0:
+		// The online processes hold the GPU but ran no kernel in the window, and the
+		// per-process samples demonstrably map to containers (the offline ones'): an
+		// idle online service, measured.
+		return 0, true, "online processes idle in NVML's window"
+	case samples == 0:
+		return whole(), false, fmt.Sprintf("attribution failed: NVML gives no per-process utilisation; using %s", wholeText())
+	}
+	return whole(), false, fmt.Sprintf("attribution failed: %d per-process sample(s), none from online container(s) %s; using %s",
+		samples, strings.Join(names, ","), wholeText())
 }
+
+// noteChange records why a GPU's offline ceiling changed (g.mu held).
+func (g *Guard) noteChange(st *gpuState, v gpuView, in alloc.Input, d alloc.Decision, now time.Time) {
+	cfg := g.allocCfg
+	var key, why string
+	switch {
+	case in.Health == alloc.Stop:
+		key, why = "stop", fmt.Sprintf("GPU %s: offline work stopped", v.status.State)
+	case in.Health == alloc.Floor:
+		key, why = "floor", fmt.Sprintf("GPU throttled (%s): offline cut to its floor %.0f%%", v.status.Reason.Text, 100*d.Share)
+	case cfg.Mode == alloc.Static:
+		key, why = "static", fmt.Sprintf("static mode: static_share %.0f%%", 100*cfg.StaticShare)
+	case !in.Online:
+		key, why = "idle", fmt.Sprintf("no online work on the GPU: the class ceiling %.0f%%", 100*d.Share)
+	default:
+		target := clamp(1-d.Demand-cfg.Headroom, cfg.OfflineMin, cfg.OfflineMax)
+		basis := fmt.Sprintf("online demand %.0f%% (%s) + headroom %.0f%%", 100*d.Demand, st.source, 100*cfg.Headroom)
+		switch {
+		case d.Burst:
+			key, why = "burst", "burst in the online launch rate: "+basis
+		case d.Share < st.share-1e-9:
+			key, why = "cut", basis
+		case d.Share < target-1e-9:
+			key, why = "giveback", fmt.Sprintf("giving back %.0f%% a period toward %.0f%% after a cut; %s", 100*cfg.GiveBack, 100*target, basis)
+		default:
+			key, why = "follow", basis
+		}
+		if st.failing {
+			key += "/fallback"
+		}
+	}
+	if st.changed.IsZero() || key != st.reasonKey || math.Abs(d.Share-st.share) >= 0.005 {
+		st.reason, st.reasonKey, st.changed = fmt.Sprintf("%.0f%% → %.0f%%: %s", 100*st.share, 100*d.Share, why), key, now
+	}
+	st.share, st.offline = d.Share, len(v.offline)
+}
+
+func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
 // Statuses returns the allocator's latest decision per GPU.
 func (g *Guard) Statuses() []Status {
@@ -673,7 +876,11 @@ func (g *Guard) Statuses() []Status {
 	defer g.mu.Unlock()
 	var out []Status
 	for uuid, d := range g.decisions {
-		out = append(out, Status{UUID: uuid, OfflineShare: d.Share, OnlineDemand: d.Demand, Burst: d.Burst})
+		s := Status{UUID: uuid, OfflineShare: d.Share, OnlineDemand: d.Demand, Burst: d.Burst}
+		if st := g.gpus[uuid]; st != nil {
+			s.DemandSource, s.Reason, s.Changed, s.OfflineContainers = st.source, st.reason, st.changed, st.offline
+		}
+		out = append(out, s)
 	}
 	slices.SortFunc(out, func(a, b Status) int {
 		if a.UUID < b.UUID {
@@ -682,6 +889,14 @@ func (g *Guard) Statuses() []Status {
 		return 1
 	})
 	return out
+}
+
+// Ceiling returns an offline container's effective ceiling as last applied.
+func (g *Guard) Ceiling(id string) (api.Ceiling, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok := g.ceilings[id]
+	return c, ok
 }
 
 // Admit decides whether an offline container may start on these GPUs now.
