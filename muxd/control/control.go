@@ -8,12 +8,14 @@ package control
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -21,6 +23,10 @@ import (
 // Manager owns <run_dir>/c/<id>/ for every registered container.
 type Manager struct {
 	root string // <run_dir>/c
+	// Peers, when set, lists the registered containers, so that a new offline
+	// container's first limits are its part of its GPUs' offline budget (see
+	// InitialLimits). Set once before use.
+	Peers func() []api.Container
 
 	mu     sync.Mutex
 	blocks map[string]*ctlblock.Block
@@ -48,9 +54,13 @@ func (m *Manager) Paths(id string) api.ControlPaths {
 	}
 }
 
-// InitialLimits derives a new container's limits from its request and the policy. The
-// SM allocator changes the share afterwards; memory caps and MPS settings stay.
-func InitialLimits(c api.Container, p *policy.Policy) ctlblock.Limits {
+// InitialLimits derives a new container's limits from its request and the policy. An
+// offline container's SM ceiling (launch-gate share and MPS active-thread percentage) is
+// min(its own sm-percent, its part of the class's sm_max), the budget being split with
+// the other offline containers in peers that share one of its GPUs, as the guard splits
+// it (alloc.SplitBudget): the first process can start before the guard's next period. The
+// guard changes share and MPS percentage afterwards; memory caps stay.
+func InitialLimits(c api.Container, p *policy.Policy, peers ...api.Container) ctlblock.Limits {
 	cl, _ := p.ClassLimits(string(c.Class))
 	l := ctlblock.Unlimited()
 	mem := c.Limits.GPUMemory
@@ -68,6 +78,9 @@ func InitialLimits(c api.Container, p *policy.Policy) ctlblock.Limits {
 	if sm == 0 && c.Class == api.Offline {
 		sm = float64(cl.SMMax)
 	}
+	if c.Class == api.Offline {
+		sm = offlinePart(c, sm, p, peers)
+	}
 	if sm > 0 {
 		l.MPSActiveThreadPercent = uint32(sm + 0.5)
 	}
@@ -78,6 +91,40 @@ func InitialLimits(c api.Container, p *policy.Policy) ctlblock.Limits {
 		l.FailPolicy = ctlblock.FailClosed
 	}
 	return l
+}
+
+// offlinePart is an offline container's part (percent) of the class's sm_max, split with
+// the offline peers that share one of its GPUs, capped by its own sm-percent (own).
+func offlinePart(c api.Container, own float64, p *policy.Policy, peers []api.Container) float64 {
+	w := float64(p.Classes.Offline.Priority) + 1
+	max := float64(p.Classes.Offline.SMMax)
+	claims := []alloc.Claim{{Weight: w, Cap: own / 100}}
+	for _, o := range peers {
+		if o.ID == c.ID || o.Class != api.Offline || !shareGPU(c.GPUs, o.GPUs) {
+			continue
+		}
+		cap := max
+		if o.Limits.SMPercent > 0 {
+			cap = float64(o.Limits.SMPercent)
+		}
+		claims = append(claims, alloc.Claim{Weight: w, Cap: cap / 100})
+	}
+	shares, _ := alloc.SplitBudget(max/100, claims)
+	// Rounded down to whole percent (the MPS unit), at least 1: the parts never sum
+	// above the budget.
+	return math.Max(1, math.Floor(shares[0]*100+1e-6))
+}
+
+// shareGPU reports whether two GPU lists (indexes, UUIDs or "all") may name the same GPU.
+func shareGPU(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y || x == "all" || y == "all" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Ensure creates the container's control block, or reattaches to the one a previous muxd
@@ -98,7 +145,11 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	// Attach, never recreate: a running process keeps the inodes it mapped, so a block
 	// whose usage file the container broke is reattached (and reported corrupt by every
 	// read) instead of being replaced by a second one the process never sees.
-	b, err := ctlblock.Attach(dir, InitialLimits(c, p))
+	var peers []api.Container
+	if m.Peers != nil {
+		peers = m.Peers()
+	}
+	b, err := ctlblock.Attach(dir, InitialLimits(c, p, peers...))
 	if err != nil {
 		return fmt.Errorf("attach control block for %s: %w", c.ID, err)
 	}

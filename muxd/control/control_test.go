@@ -45,6 +45,34 @@ func TestInitialLimits(t *testing.T) {
 			}
 		})
 	}
+	// Issue 14: a new offline container's first ceiling is its part of the GPU's
+	// offline budget (sm_max 70%), shared with the offline containers already there.
+	on := func(c api.Container, gpus ...string) api.Container { c.GPUs = gpus; return c }
+	for _, tc := range []struct {
+		name      string
+		c         api.Container
+		peers     []api.Container
+		share     uint32
+		mpsThread uint32
+	}{
+		{"second offline on the GPU gets half", ctr("f", api.Offline, api.Limits{}),
+			[]api.Container{ctr("x", api.Offline, api.Limits{}), ctr("svc", api.Online, api.Limits{})}, 3500, 35},
+		{"own sm-percent under its part", ctr("f", api.Offline, api.Limits{SMPercent: 20}),
+			[]api.Container{ctr("x", api.Offline, api.Limits{})}, 2000, 20},
+		{"a peer asking little leaves the rest", ctr("f", api.Offline, api.Limits{}),
+			[]api.Container{ctr("x", api.Offline, api.Limits{SMPercent: 10})}, 6000, 60},
+		{"three ways, rounded down", ctr("f", api.Offline, api.Limits{}),
+			[]api.Container{ctr("x", api.Offline, api.Limits{}), on(ctr("y", api.Offline, api.Limits{}), "all")}, 2300, 23},
+		{"a peer on another GPU does not count", ctr("f", api.Offline, api.Limits{}),
+			[]api.Container{on(ctr("x", api.Offline, api.Limits{}), "1")}, 7000, 70},
+		{"itself in the list does not count", ctr("f", api.Offline, api.Limits{}),
+			[]api.Container{ctr("f", api.Offline, api.Limits{})}, 7000, 70},
+	} {
+		got := InitialLimits(tc.c, p, tc.peers...)
+		if got.ShareBP != tc.share || got.MPSActiveThreadPercent != tc.mpsThread {
+			t.Errorf("%s: share %d bp, MPS %d%%; want %d bp, %d%%", tc.name, got.ShareBP, got.MPSActiveThreadPercent, tc.share, tc.mpsThread)
+		}
+	}
 	q := policy.Default()
 	q.Classes.Offline.MemoryLimit = 4 << 30
 	q.Hook.FailClosed = true

@@ -141,6 +141,7 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.controls.Peers = d.reg.List
 	d.metrics = newMetrics(d)
 	if p.MPS.Enabled && opts.NVML == nil {
 		d.log.Warn("MPS is enabled by policy but there are no GPUs: not starting it")

@@ -68,8 +68,11 @@ func (m monitorInventory) GPUs(context.Context) ([]api.GPU, error) {
 			}
 		}
 		if st, ok := shares[s.UUID]; ok {
-			g.OfflineShare = st.OfflineShare * 100
+			g.OfflineCeiling = st.OfflineShare * 100
+			g.OfflineShare = g.OfflineCeiling
 			g.OnlineDemand = st.OnlineDemand * 100
+			g.OfflineContainers = st.OfflineContainers
+			g.DemandSource, g.CeilingReason, g.CeilingChanged = st.DemandSource, st.Reason, st.Changed
 		}
 		out = append(out, g)
 	}

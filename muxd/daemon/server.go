@@ -45,6 +45,7 @@ func (d *Daemon) routes() http.Handler {
 		list := d.reg.List()
 		for i := range list {
 			list[i].Usage = d.usage(list[i].ID)
+			list[i].Ceiling = d.ceiling(list[i].ID)
 		}
 		return 200, list, nil
 	})
@@ -53,6 +54,7 @@ func (d *Daemon) routes() http.Handler {
 		c, err := d.reg.Get(r.PathValue("id"))
 		if err == nil {
 			c.Usage = d.usage(c.ID)
+			c.Ceiling = d.ceiling(c.ID)
 		}
 		return statusOf(err, 200), c, err
 	})
@@ -169,6 +171,17 @@ func decodeStrict(r *http.Request, v any) error {
 		return fmt.Errorf("%w: cannot read the request body: %v", api.ErrInvalid, err)
 	}
 	return api.DecodeStrict(data, v)
+}
+
+// ceiling is an offline container's effective SM ceiling as the guard last set it.
+func (d *Daemon) ceiling(id string) *api.Ceiling {
+	if d.guard == nil {
+		return nil
+	}
+	if c, ok := d.guard.Ceiling(id); ok {
+		return &c
+	}
+	return nil
 }
 
 // usage reads a container's usage under its id's lock, so that an unregistration cannot

@@ -138,24 +138,49 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 	if asJSON {
 		return writeJSON(stdout, st)
 	}
+	return writeStatus(stdout, st, time.Now())
+}
+
+// writeStatus prints the status tables: per GPU its offline ceiling (the budget its
+// offline containers split), the online demand estimate and why the ceiling last changed;
+// per container its effective ceiling and what binds it.
+func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 	n := st.Node
 	fmt.Fprintf(stdout, "node %s  muxd %s  up %s  policy %s\n", n.Hostname, n.Version,
-		time.Since(n.Started).Truncate(time.Second), n.Policy)
+		now.Sub(n.Started).Truncate(time.Second), n.Policy)
 	fmt.Fprintf(stdout, "mps %s", n.MPS.State)
 	if n.MPS.PID > 0 {
 		fmt.Fprintf(stdout, " (pid %d)", n.MPS.PID)
 	}
 	fmt.Fprintf(stdout, "  restarts %d\n\n", n.MPS.Restarts)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tUSED\tUTIL\tSM ACT\tHEALTH\tOFFLINE SHARE\tONLINE DEMAND\tWHY")
+	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tUSED\tUTIL\tSM ACT\tHEALTH\tOFFLINE CEILING\tONLINE DEMAND\tWHY")
 	for _, g := range st.GPUs {
 		act := "-"
 		if g.SMActivity != nil {
 			act = fmt.Sprintf("%.0f%%", *g.SMActivity)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%v\t%.0f%%\t%s\t%s\t%.0f%%\t%.0f%%\t%s\n", g.Index, g.UUID, g.Name,
+		ceiling := fmt.Sprintf("%.0f%%", g.OfflineCeiling)
+		if g.OfflineContainers > 1 {
+			ceiling += fmt.Sprintf(" split by %d", g.OfflineContainers)
+		}
+		var why []string
+		if g.HealthReason != "" {
+			why = append(why, "health: "+g.HealthReason)
+		}
+		if g.CeilingReason != "" {
+			r := "ceiling " + g.CeilingReason
+			if !g.CeilingChanged.IsZero() {
+				r += fmt.Sprintf(" (%s ago)", now.Sub(g.CeilingChanged).Truncate(100*time.Millisecond))
+			}
+			why = append(why, r)
+		}
+		if len(why) == 0 {
+			why = append(why, "-")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%v\t%.0f%%\t%s\t%s\t%s\t%.0f%%\t%s\n", g.Index, g.UUID, g.Name,
 			policy.Bytes(g.MemoryTotal), policy.Bytes(g.MemoryUsed), g.Utilization, act, g.Health,
-			g.OfflineShare, g.OnlineDemand, g.HealthReason)
+			ceiling, g.OnlineDemand, strings.Join(why, "; "))
 	}
 	if len(st.GPUs) == 0 {
 		fmt.Fprintln(tw, "-\t(no GPUs)\t\t\t")
@@ -163,7 +188,7 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 	tw.Flush()
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTAINER\tCLASS\tSTATE\tPID\tGPUS\tMEMORY CAP\tSM%\tUSED\tSHARE\tLAUNCHES\tTHROTTLED\tAGE")
+	fmt.Fprintln(tw, "CONTAINER\tCLASS\tSTATE\tPID\tGPUS\tMEMORY CAP\tSM%\tUSED\tCEILING\tMPS%\tLAUNCHES\tTHROTTLED\tAGE")
 	for _, c := range st.Containers {
 		mem := "-"
 		if c.Limits.GPUMemory > 0 {
@@ -177,7 +202,7 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 		if c.PID > 0 {
 			pid = fmt.Sprint(c.PID)
 		}
-		used, share, launches, throttled := "-", "-", "-", "-"
+		used, share, mps, launches, throttled := "-", "-", "-", "-", "-"
 		if u := c.Usage; u != nil {
 			used = policy.Bytes(u.ReservedBytes).String()
 			share = fmt.Sprintf("%g%%", u.SharePercent)
@@ -187,8 +212,15 @@ func status(ctx context.Context, c *client.Client, args []string, stdout, stderr
 			launches = fmt.Sprint(u.Launches)
 			throttled = u.Throttled.Truncate(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(c.ID), c.Class, c.State, pid,
-			strings.Join(c.GPUs, ","), mem, sm, used, share, launches, throttled, time.Since(c.Registered).Truncate(time.Second))
+		if ce := c.Ceiling; ce != nil {
+			share = fmt.Sprintf("%g%% (%s)", ce.Percent, ce.BoundBy)
+			if ce.BoundBy == "paused" {
+				share = "paused"
+			}
+			mps = fmt.Sprintf("%d%%", ce.MPSThreadPercent)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(c.ID), c.Class, c.State, pid,
+			strings.Join(c.GPUs, ","), mem, sm, used, share, mps, launches, throttled, now.Sub(c.Registered).Truncate(time.Second))
 	}
 	if len(st.Containers) == 0 {
 		fmt.Fprintln(tw, "(none)")

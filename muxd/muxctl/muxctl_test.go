@@ -109,3 +109,40 @@ func TestRuntimeConfigureDryRun(t *testing.T) {
 		t.Errorf("bad runtime subcommand: %v %s", err, out)
 	}
 }
+
+func TestStatusShowsCeilings(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	off := func(id string, sm int, ce api.Ceiling) api.Container {
+		return api.Container{RegisterRequest: api.RegisterRequest{ID: id, Class: api.Offline, GPUs: []string{"0"}, Limits: api.Limits{SMPercent: sm}},
+			State: api.StateRunning, PID: 42, Registered: now.Add(-time.Minute), Ceiling: &ce}
+	}
+	st := Status{
+		Node: api.NodeInfo{Hostname: "n1", Started: now.Add(-time.Hour)},
+		GPUs: []api.GPU{{Index: 0, UUID: "GPU-a", Name: "H100", Health: "healthy", OfflineCeiling: 60, OfflineShare: 60,
+			OfflineContainers: 2, OnlineDemand: 30, DemandSource: "per-process utilisation of 1 online process(es)",
+			CeilingReason: "70% → 60%: online demand 30% (per-process utilisation of 1 online process(es)) + headroom 10%",
+			CeilingChanged: now.Add(-2 * time.Second)}},
+		Containers: []api.Container{
+			off("small", 20, api.Ceiling{Percent: 20, Own: 20, Part: 40, MPSThreadPercent: 20, BoundBy: "own sm-percent"}),
+			off("big", 0, api.Ceiling{Percent: 40, Own: 70, Part: 40, MPSThreadPercent: 50, BoundBy: "GPU budget"}),
+		},
+	}
+	var out bytes.Buffer
+	if err := writeStatus(&out, st, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"OFFLINE CEILING", "60% split by 2", "ONLINE DEMAND", "30%",
+		"ceiling 70% → 60%: online demand 30%", "(2s ago)", "CEILING", "MPS%",
+		"20% (own sm-percent)", "40% (GPU budget)", "50%"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	data, _ := json.Marshal(st)
+	for _, want := range []string{`"offline_ceiling":60`, `"online_demand":30`, `"ceiling_reason":"70% → 60%`, `"demand_source"`,
+		`"ceiling":{"percent":20,"own":20,"part":40,"mps_thread_percent":20,"bound_by":"own sm-percent"}`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("JSON lacks %s: %s", want, data)
+		}
+	}
+}
