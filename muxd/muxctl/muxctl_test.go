@@ -120,7 +120,7 @@ func TestStatusShowsCeilings(t *testing.T) {
 		Node: api.NodeInfo{Hostname: "n1", Started: now.Add(-time.Hour)},
 		GPUs: []api.GPU{{Index: 0, UUID: "GPU-a", Name: "H100", Health: "healthy", OfflineCeiling: 60, OfflineShare: 60,
 			OfflineContainers: 2, OnlineDemand: 30, DemandSource: "per-process utilisation of 1 online process(es)",
-			CeilingReason: "70% → 60%: online demand 30% (per-process utilisation of 1 online process(es)) + headroom 10%",
+			CeilingReason:  "70% → 60%: online demand 30% (per-process utilisation of 1 online process(es)) + headroom 10%",
 			CeilingChanged: now.Add(-2 * time.Second)}},
 		Containers: []api.Container{
 			off("small", 20, api.Ceiling{Percent: 20, Own: 20, Part: 40, MPSThreadPercent: 20, BoundBy: "own sm-percent"}),

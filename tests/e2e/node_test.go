@@ -167,8 +167,14 @@ type workload struct {
 // and its control block, and reports its pid, as muxflow-runtime and muxflow-hook do.
 func (n *node) run(id string, class api.Class, prog string, args ...string) *workload {
 	n.t.Helper()
+	return n.runLimits(id, class, api.Limits{}, prog, args...)
+}
+
+// runLimits is run with the container's limits (its muxflow.io/* annotations).
+func (n *node) runLimits(id string, class api.Class, limits api.Limits, prog string, args ...string) *workload {
+	n.t.Helper()
 	ctx := context.Background()
-	c, err := n.client.Register(ctx, api.RegisterRequest{ID: id, Class: class, GPUs: []string{"0"}})
+	c, err := n.client.Register(ctx, api.RegisterRequest{ID: id, Class: class, GPUs: []string{"0"}, Limits: limits})
 	if err != nil {
 		n.t.Fatalf("register %s: %v", id, err)
 	}
