@@ -56,6 +56,25 @@ type Limits struct {
 	MPSPinnedMemBytes []uint64
 	// FailPolicy applies when the block is unusable.
 	FailPolicy FailPolicy
+	// Signal is what the container does with the node's GPU signal page (online-aware
+	// gating). Role and GPUs are read when a process starts; the hold policy on every hold.
+	Signal Signal
+}
+
+// Signal is a container's part in online-aware gating (see SignalPage).
+type Signal struct {
+	// Role: SignalPublish for online containers, SignalFollow for offline ones.
+	Role SignalRole
+	// GPUs are the signal page's slots of the container's GPUs (bit i = NVML index i).
+	GPUs uint64
+	// HoldWindow: an offline launch waits while online work was published within this
+	// (0 = default 2ms, at most 100ms).
+	HoldWindow time.Duration
+	// HoldPeriod and HoldMaxBP bound the waiting: at most HoldMaxBP basis points of every
+	// HoldPeriod are spent holding (0 = defaults 20ms and 8000; libxcuda caps the share at
+	// 9500 and the period at 1ms..1s whatever is written).
+	HoldPeriod time.Duration
+	HoldMaxBP  uint32
 }
 
 // Unlimited returns limits that let everything through.
@@ -78,6 +97,14 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("MPS active thread percentage %d is above 100", l.MPSActiveThreadPercent)
 	case l.FailPolicy != FailOpen && l.FailPolicy != FailClosed:
 		return fmt.Errorf("unknown fail policy %d", l.FailPolicy)
+	case l.Signal.Role > SignalFollow:
+		return fmt.Errorf("unknown signal role %d", l.Signal.Role)
+	case l.Signal.HoldWindow < 0 || l.Signal.HoldWindow > HoldWindowMax:
+		return fmt.Errorf("hold window %v is outside 0..%v", l.Signal.HoldWindow, HoldWindowMax)
+	case l.Signal.HoldPeriod != 0 && (l.Signal.HoldPeriod < HoldPeriodMin || l.Signal.HoldPeriod > HoldPeriodMax):
+		return fmt.Errorf("hold period %v is outside %v..%v", l.Signal.HoldPeriod, HoldPeriodMin, HoldPeriodMax)
+	case l.Signal.HoldMaxBP > HoldMaxBPCap:
+		return fmt.Errorf("hold share %d basis points is above %d", l.Signal.HoldMaxBP, HoldMaxBPCap)
 	}
 	return nil
 }
@@ -101,6 +128,9 @@ type Usage struct {
 	InFlight  uint32
 	// OOMDenials counts allocations refused at the memory cap.
 	OOMDenials uint32
+	// OnlineHeld is the time launches waited because online work was published on the
+	// container's GPUs (part of Throttled).
+	OnlineHeld time.Duration
 	// StickyErrors counts context-destroying errors the driver returned to the
 	// container's processes (seen at synchronisation); LastSticky is the latest
 	// CUresult and LastStickyAt when it was seen.
@@ -425,6 +455,11 @@ func fillLimits(r *rawLimits, l Limits) {
 	r.MPSActiveThreadPct = l.MPSActiveThreadPercent
 	r.DeviceCount = uint32(max(len(l.MemoryBytes), len(l.MPSPinnedMemBytes)))
 	r.BurstNS = uint64(l.Burst)
+	r.SignalRole = uint32(l.Signal.Role)
+	r.SignalMask = l.Signal.GPUs
+	r.HoldWindowNS = uint64(l.Signal.HoldWindow)
+	r.HoldPeriodNS = uint64(l.Signal.HoldPeriod)
+	r.HoldMaxBP = l.Signal.HoldMaxBP
 	for d := range MaxDevices {
 		r.MemLimit[d] = at(l.MemoryBytes, d)
 		r.MPSPinnedLimit[d] = at(l.MPSPinnedMemBytes, d)
@@ -441,6 +476,11 @@ func storeLimits(r *rawLimits, l Limits) {
 	atomic.StoreUint32(&r.MPSActiveThreadPct, n.MPSActiveThreadPct)
 	atomic.StoreUint32(&r.DeviceCount, n.DeviceCount)
 	atomic.StoreUint64(&r.BurstNS, n.BurstNS)
+	atomic.StoreUint32(&r.SignalRole, n.SignalRole)
+	atomic.StoreUint64(&r.SignalMask, n.SignalMask)
+	atomic.StoreUint64(&r.HoldWindowNS, n.HoldWindowNS)
+	atomic.StoreUint64(&r.HoldPeriodNS, n.HoldPeriodNS)
+	atomic.StoreUint32(&r.HoldMaxBP, n.HoldMaxBP)
 	for d := range MaxDevices {
 		atomic.StoreUint64(&r.MemLimit[d], n.MemLimit[d])
 		atomic.StoreUint64(&r.MPSPinnedLimit[d], n.MPSPinnedLimit[d])
@@ -457,6 +497,13 @@ func loadLimits(r *rawLimits) Limits {
 		Burst:                  time.Duration(atomic.LoadUint64(&r.BurstNS)),
 		MemoryBytes:            make([]uint64, MaxDevices),
 		MPSPinnedMemBytes:      make([]uint64, MaxDevices),
+		Signal: Signal{
+			Role:       SignalRole(atomic.LoadUint32(&r.SignalRole)),
+			GPUs:       atomic.LoadUint64(&r.SignalMask),
+			HoldWindow: time.Duration(atomic.LoadUint64(&r.HoldWindowNS)),
+			HoldPeriod: time.Duration(atomic.LoadUint64(&r.HoldPeriodNS)),
+			HoldMaxBP:  atomic.LoadUint32(&r.HoldMaxBP),
+		},
 	}
 	for d := range MaxDevices {
 		l.MemoryBytes[d] = atomic.LoadUint64(&r.MemLimit[d])

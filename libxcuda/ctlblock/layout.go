@@ -1,5 +1,7 @@
 package ctlblock
 
+import "time"
+
 // The raw structs below mirror libxcuda/include/xcuda_ctl.h field for
 // field; the `c` tag names the C field so TestLayoutMatchesHeader can
 // compare every offset and size with what gcc computes. Never reorder or
@@ -7,7 +9,7 @@ package ctlblock
 
 // Sizes and limits shared with the C header.
 const (
-	Version            = 2
+	Version            = 3
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -21,6 +23,43 @@ const (
 	ContainerDir = "/run/muxflow/ctl"
 	// EnvDir overrides ContainerDir for libxcuda (tests, manual runs).
 	EnvDir = "XCUDA_CONTROL_BLOCK"
+
+	// SignalMagic heads the node's GPU signal page.
+	SignalMagic = 0x3147495358554d58
+	// SignalSlots is how many GPUs (NVML indexes 0..63) the signal page has a slot for.
+	SignalSlots = 64
+	// SignalFile is the signal page's name under muxd's run directory.
+	SignalFile = "signal"
+	// ContainerSignal is where the hook mounts the signal page inside a container.
+	ContainerSignal = "/run/muxflow/signal"
+	// EnvSignal overrides ContainerSignal for libxcuda (tests, manual runs).
+	EnvSignal = "XCUDA_SIGNAL"
+)
+
+// SignalRole is what a container's processes do with the GPU signal page.
+type SignalRole uint32
+
+const (
+	// SignalNone: nothing (no page is mapped).
+	SignalNone SignalRole = 0
+	// SignalPublish: online; publish "launched, not yet synchronised" on its GPUs.
+	SignalPublish SignalRole = 1
+	// SignalFollow: offline; hold launches, within the hold budget, while online work
+	// is published on its GPUs.
+	SignalFollow SignalRole = 2
+)
+
+// Hold policy defaults (a 0 in the limits page) and the bounds libxcuda enforces
+// whatever the page says.
+const (
+	DefaultHoldWindow = 2 * time.Millisecond
+	DefaultHoldPeriod = 20 * time.Millisecond
+	DefaultHoldMaxBP  = 8000
+	HoldWindowMax     = 100 * time.Millisecond
+	HoldPeriodMin     = time.Millisecond
+	HoldPeriodMax     = time.Second
+	HoldMaxBPCap      = 9500
+	SignalRefresh     = 100 * time.Microsecond
 )
 
 // procDraining is set in a process slot while it drains after SIGINT/SIGTERM.
@@ -44,7 +83,12 @@ type rawLimits struct {
 	BurstNS            uint64             `c:"burst_ns"`
 	MemLimit           [MaxDevices]uint64 `c:"mem_limit"`
 	MPSPinnedLimit     [MaxDevices]uint64 `c:"mps_pinned_limit"`
-	Reserved           [16]uint64         `c:"reserved"`
+	SignalRole         uint32             `c:"signal_role"`
+	HoldMaxBP          uint32             `c:"hold_max_bp"`
+	SignalMask         uint64             `c:"signal_mask"`
+	HoldWindowNS       uint64             `c:"hold_window_ns"`
+	HoldPeriodNS       uint64             `c:"hold_period_ns"`
+	Reserved           [12]uint64         `c:"reserved"`
 }
 
 type rawProc struct {
@@ -74,6 +118,18 @@ type rawUsage struct {
 	LastStickyNS   uint64             `c:"last_sticky_ns"`
 	MemLock        uint32             `c:"mem_lock"`
 	MemRecoveries  uint32             `c:"mem_recoveries"`
-	Reserved       [13]uint64         `c:"reserved"`
+	OnlineHeldNS   uint64             `c:"online_held_ns"`
+	Reserved       [12]uint64         `c:"reserved"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
+}
+
+type rawSignalSlot struct {
+	OnlineNS uint64    `c:"online_ns"`
+	Reserved [7]uint64 `c:"reserved"`
+}
+
+type rawSignal struct {
+	Hdr      rawHeader                  `c:"hdr"`
+	Reserved [6]uint64                  `c:"reserved"`
+	Slot     [SignalSlots]rawSignalSlot `c:"slot"`
 }

@@ -30,6 +30,8 @@ var layoutCases = []layoutCase{
 	{"xcuda_limits", rawLimits{}},
 	{"xcuda_proc", rawProc{}},
 	{"xcuda_usage", rawUsage{}},
+	{"xcuda_signal_slot", rawSignalSlot{}},
+	{"xcuda_signal", rawSignal{}},
 }
 
 func goLayout(t *testing.T, v any) []fieldLayout {
@@ -117,6 +119,22 @@ func TestConstantsMatchHeader(t *testing.T) {
 		fmt.Sprintf("#define XCUDA_LIMITS_FILE %q", LimitsFile),
 		fmt.Sprintf("#define XCUDA_USAGE_FILE %q", UsageFile),
 		fmt.Sprintf("#define XCUDA_PROC_DRAINING %#xu", procDraining),
+		fmt.Sprintf("#define XCUDA_SIGNAL_MAGIC %#xull", SignalMagic),
+		fmt.Sprintf("#define XCUDA_SIGNAL_SLOTS %d", SignalSlots),
+		fmt.Sprintf("#define XCUDA_SIGNAL_FILE %q", SignalFile),
+		fmt.Sprintf("#define XCUDA_DEFAULT_SIGNAL %q", ContainerSignal),
+		fmt.Sprintf("#define XCUDA_ENV_SIGNAL %q", EnvSignal),
+		fmt.Sprintf("#define XCUDA_SIGNAL_NONE %du", SignalNone),
+		fmt.Sprintf("#define XCUDA_SIGNAL_PUBLISH %du", SignalPublish),
+		fmt.Sprintf("#define XCUDA_SIGNAL_FOLLOW %du", SignalFollow),
+		fmt.Sprintf("#define XCUDA_DEFAULT_HOLD_WINDOW_NS %dull", DefaultHoldWindow.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_DEFAULT_HOLD_PERIOD_NS %dull", DefaultHoldPeriod.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_DEFAULT_HOLD_MAX_BP %du", DefaultHoldMaxBP),
+		fmt.Sprintf("#define XCUDA_HOLD_WINDOW_MAX_NS %dull", HoldWindowMax.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_HOLD_PERIOD_MIN_NS %dull", HoldPeriodMin.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_HOLD_PERIOD_MAX_NS %dull", HoldPeriodMax.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_HOLD_MAX_BP_CAP %du", HoldMaxBPCap),
+		fmt.Sprintf("#define XCUDA_SIGNAL_REFRESH_NS %dull", SignalRefresh.Nanoseconds()),
 	} {
 		if !strings.Contains(string(hdr), want) {
 			t.Errorf("xcuda_ctl.h lacks %q", want)

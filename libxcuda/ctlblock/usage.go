@@ -124,6 +124,7 @@ func ParseUsage(buf []byte, now time.Time) (Usage, error) {
 		Launches:     r.Launches,
 		Throttled:    durVal("throttled time", r.ThrottledNS),
 		GPUTime:      durVal("GPU time", r.GPUTimeNS),
+		OnlineHeld:   durVal("online-held time", r.OnlineHeldNS),
 		InFlight:     r.InFlight,
 		OOMDenials:   r.OOMDenials,
 		StickyErrors: r.StickyErrors,

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 2u
+#define XCUDA_CTL_VERSION 3u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -44,6 +44,27 @@
 #define XCUDA_DEFAULT_DIR "/run/muxflow/ctl"
 #define XCUDA_LIMITS_FILE "limits"
 #define XCUDA_USAGE_FILE "usage"
+/* The node's GPU signal page (version 3; see xcuda_signal below). */
+#define XCUDA_ENV_SIGNAL "XCUDA_SIGNAL"              /* path of the signal file */
+#define XCUDA_DEFAULT_SIGNAL "/run/muxflow/signal"
+#define XCUDA_SIGNAL_FILE "signal"                   /* name under muxd's run directory */
+#define XCUDA_SIGNAL_MAGIC 0x3147495358554d58ull     /* "XMUXSIG1" little-endian */
+#define XCUDA_SIGNAL_SLOTS 64                        /* GPUs of a node (NVML index) */
+
+/* signal_role: what a container's processes do with the signal page. */
+#define XCUDA_SIGNAL_NONE 0u    /* nothing (no page, or not mapped) */
+#define XCUDA_SIGNAL_PUBLISH 1u /* online: publish "launched, not yet synchronised" */
+#define XCUDA_SIGNAL_FOLLOW 2u  /* offline: hold launches while online work is published */
+
+/* Defaults for the hold policy (0 in the limits page) and the bounds libxcuda
+ * enforces whatever the page says. */
+#define XCUDA_DEFAULT_HOLD_WINDOW_NS 2000000ull  /* 2 ms */
+#define XCUDA_DEFAULT_HOLD_PERIOD_NS 20000000ull /* 20 ms */
+#define XCUDA_DEFAULT_HOLD_MAX_BP 8000u          /* at most 80% of each period held */
+#define XCUDA_HOLD_WINDOW_MAX_NS 100000000ull    /* 100 ms */
+#define XCUDA_HOLD_PERIOD_MIN_NS 1000000ull      /* 1 ms */
+#define XCUDA_HOLD_PERIOD_MAX_NS 1000000000ull   /* 1 s */
+#define XCUDA_HOLD_MAX_BP_CAP 9500u              /* offline keeps >= 5% of every period */
 
 typedef struct xcuda_header {
     uint64_t magic;   /* XCUDA_LIMITS_MAGIC or XCUDA_USAGE_MAGIC */
@@ -63,7 +84,14 @@ typedef struct xcuda_limits {
     uint64_t burst_ns;              /* token-bucket depth in GPU ns; 0 = default */
     uint64_t mem_limit[XCUDA_MAX_DEVICES];     /* bytes per device ordinal, 0 = no cap */
     uint64_t mps_pinned_limit[XCUDA_MAX_DEVICES]; /* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, 0 = unset */
-    uint64_t reserved[16];
+    /* Version 3: online-aware gating through the node's signal page. Read once at
+     * load (role, mask); the hold policy is re-read on every hold. */
+    uint32_t signal_role;           /* XCUDA_SIGNAL_NONE / _PUBLISH / _FOLLOW */
+    uint32_t hold_max_bp;           /* most of each hold period held, bp; 0 = default */
+    uint64_t signal_mask;           /* signal slots (node GPU indexes) of the container's GPUs */
+    uint64_t hold_window_ns;        /* hold while online published within this; 0 = default */
+    uint64_t hold_period_ns;        /* the period hold_max_bp applies to; 0 = default */
+    uint64_t reserved[12];
 } xcuda_limits;
 
 /* One slot per live process of the container, claimed with a CAS on pid. */
@@ -104,8 +132,37 @@ typedef struct xcuda_usage {
      * (which are the truth) before going on. Never taken on the launch path. */
     uint32_t mem_lock;         /* pid of the holder, 0 = free */
     uint32_t mem_recoveries;   /* locks taken over from a dead holder */
-    uint64_t reserved[13];
+    /* Version 3: time launches waited because online work was published on the
+     * container's GPUs (also counted in throttled_ns), all processes. */
+    uint64_t online_held_ns;
+    uint64_t reserved[12];
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
+
+/* The node's GPU signal page: one file per node (<run_dir>/signal), created by
+ * muxd (root, 0644), bind-mounted at XCUDA_DEFAULT_SIGNAL read-write into online
+ * containers and read-only into offline ones. Slot i belongs to the GPU whose
+ * NVML index is i; each container's limits page says which slots are its GPUs
+ * (signal_mask) and what it does with them (signal_role).
+ *
+ * online_ns is 0 when no online work is known to be pending on the GPU; an
+ * online process stores CLOCK_MONOTONIC ns there when it launches (only if the
+ * slot is 0, and again at most every XCUDA_SIGNAL_REFRESH_NS while it keeps
+ * launching) and stores 0 when a synchronisation returns and when it exits.
+ * An offline process holds a launch while now - online_ns < hold window,
+ * within its hold budget. Every value is untrusted: an online container can
+ * write anything here, and the budget bounds what that costs offline work. */
+#define XCUDA_SIGNAL_REFRESH_NS 100000ull /* 100 us */
+
+typedef struct xcuda_signal_slot {
+    uint64_t online_ns;   /* see above; 0 = idle */
+    uint64_t reserved[7]; /* one 64-byte line per GPU */
+} xcuda_signal_slot;
+
+typedef struct xcuda_signal {
+    xcuda_header hdr;     /* XCUDA_SIGNAL_MAGIC */
+    uint64_t reserved[6]; /* the slots start on their own line */
+    xcuda_signal_slot slot[XCUDA_SIGNAL_SLOTS];
+} xcuda_signal;
 
 #endif /* XCUDA_CTL_H */

@@ -363,6 +363,8 @@ __attribute__((constructor)) static void xc_init(void)
     xc.use = use;
     xc.lim = lim;
     export_mps_env();
+    v = getenv(XCUDA_ENV_SIGNAL);
+    xc_signal_init(v != NULL && v[0] != '\0' ? v : XCUDA_DEFAULT_SIGNAL);
     pthread_atfork(NULL, NULL, atfork_child);
     xc_log("control block %s: share %u bp, paused %u, mem[0] %llu", dir,
            XC_LOAD(&lim->share_bp), XC_LOAD(&lim->paused),
@@ -372,5 +374,6 @@ __attribute__((constructor)) static void xc_init(void)
 __attribute__((destructor)) static void xc_fini(void)
 {
     xc_sticky_check_at_exit();
+    xc_signal_idle();
     xc_release_slot();
 }

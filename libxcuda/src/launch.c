@@ -1,6 +1,6 @@
 /* launch.c — the launch entry points. The fast path (not paused, not
- * throttled, not stopping) is a few relaxed loads and a thread-local
- * counter, then a tail call into the driver: no lock, syscall, allocation
+ * throttled, not stopping, nothing to do for the GPU signal page) is a few
+ * relaxed loads and a thread-local counter, then a tail call into the driver: no lock, syscall, allocation
  * or getenv. Everything else goes through the gate's slow path, kept in a
  * separate non-inlined function so the fast path saves no registers. */
 #include "xcuda.h"
@@ -15,6 +15,8 @@
             return CUDA_ERROR_NOT_INITIALIZED;                                \
         if ((xc_tls_launches & XC_FLUSH_MASK) == 0)                           \
             xc_flush_launches();                                              \
+        if (!xc_tls_inside)                                                   \
+            xc_signal_launch();                                               \
         if (xc_gate_open() || xc_tls_inside)                                  \
             return xc_note_sticky(real_ args);                                \
         struct xc_ticket t_;                                                  \
@@ -32,7 +34,7 @@
         if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) { \
             __typeof__(xc_real.field) real_ = xc_real.field;                  \
             if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & XC_FLUSH_MASK) != 0 && \
-                          xc_gate_open()))                                    \
+                          xc_gate_open() && xc_signal_quiet()))               \
                 return real_ args;                                            \
         }                                                                     \
         return slow_##name args;                                              \

@@ -1,7 +1,8 @@
 /* sticky.c — reports context-destroying ("sticky") errors to muxd. The
  * synchronisation calls are where a program learns that its context died: a
  * kernel fault of its own, or, under MPS, a fault of another client of the
- * same server. Recording the error in the usage block lets muxd attribute it
+ * same server. They are also where an online process's work is known to be
+ * done, so they clear its "online work pending" in the GPU signal page. Recording the error in the usage block lets muxd attribute it
  * to the GPU and run the node side of the error handling. These wrappers sit
  * on blocking calls only, never on the launch fast path. */
 #include "xcuda.h"
@@ -45,7 +46,9 @@ CUresult xc_note_sticky(CUresult r)
         __typeof__(xc_real.field) real_ = XC_REAL(field);                     \
         if (real_ == NULL)                                                    \
             return CUDA_ERROR_NOT_INITIALIZED;                                \
-        return xc_note_sticky(real_ args);                                    \
+        CUresult r_ = real_ args;                                             \
+        xc_signal_idle();                                                     \
+        return xc_note_sticky(r_);                                            \
     }
 
 SYNC(cuCtxSynchronize, cuCtxSynchronize, (void), ())

@@ -7,6 +7,7 @@
  *   launch.c   the launch entry points
  *   entry.c    dlsym and cuGetProcAddress
  *   signals.c  SIGINT/SIGTERM drain
+ *   signal.c   online-aware gating through the node's GPU signal page
  */
 #ifndef XCUDA_INTERNAL_H
 #define XCUDA_INTERNAL_H
@@ -228,6 +229,38 @@ static inline int xc_gate_open(void)
  * thread: muxd reads launch rates from it, and a shared atomic add on every
  * launch would cost more than the whole fast path. */
 #define XC_FLUSH_MASK 31u
+
+/* ---- signal.c ---- */
+struct xc_sig {
+    /* The word the launch fast path loads: the one slot of a single-GPU
+     * container, or, with several slots, a constant that is never "quiet"
+     * (those take the slow path, which checks every slot). NULL: no page. */
+    const uint64_t *w0;
+    uint64_t pub;  /* 1: publish (online), 0: follow (offline) */
+    unsigned n;    /* slots mapped */
+    uint64_t *w[XCUDA_SIGNAL_SLOTS]; /* &slot[i].online_ns of the container's GPUs */
+    xcuda_signal *page;
+};
+extern struct xc_sig xc_sig;
+
+/* Maps the signal page when the limits give this container a role. At load. */
+void xc_signal_init(const char *path);
+/* Launch slow path: publish (online), or hold while online work is published,
+ * within the hold budget (offline). */
+void xc_signal_launch(void);
+/* Online: a synchronisation returned, or the process exits: nothing pending. */
+void xc_signal_idle(void);
+
+/* The fast-path test of the signal: nothing to do for this launch. Online:
+ * its slot already set; offline: its slot idle (0). One load of a line that
+ * nobody writes in that state. */
+static inline int xc_signal_quiet(void)
+{
+    const uint64_t *w = xc_sig.w0;
+    if (XC_LIKELY(w == NULL))
+        return 1;
+    return (uint64_t)(XC_LOAD(w) != 0) == xc_sig.pub;
+}
 
 /* ---- signals.c ---- */
 void xc_signals_install(void);

@@ -5,8 +5,12 @@
  *   xcblock create DIR [key=value...]
  *   xcblock set DIR key=value...
  *   xcblock show DIR
+ *   xcblock signal FILE [slotN=value...]   create the GPU signal page (if
+ *                                          missing) and store slot values
  * keys: share (basis points), paused (0/1), mem0..mem15 (bytes),
- *       inflight, burst_ns, mps_pct, pinned0..pinned15 (bytes), policy (0/1) */
+ *       inflight, burst_ns, mps_pct, pinned0..pinned15 (bytes), policy (0/1),
+ *       role (0 none, 1 publish, 2 follow), mask (signal slots), hold_window_ns,
+ *       hold_period_ns, hold_max_bp */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -73,6 +77,16 @@ static int set(xcuda_limits *l, const char *kv)
         __atomic_store_n(&l->burst_ns, (uint64_t)v, __ATOMIC_RELAXED);
     else if (strcmp(key, "mps_pct") == 0 && v <= 100)
         __atomic_store_n(&l->mps_active_thread_pct, (uint32_t)v, __ATOMIC_RELAXED);
+    else if (strcmp(key, "role") == 0 && v <= 2)
+        __atomic_store_n(&l->signal_role, (uint32_t)v, __ATOMIC_RELAXED);
+    else if (strcmp(key, "mask") == 0)
+        __atomic_store_n(&l->signal_mask, (uint64_t)v, __ATOMIC_RELAXED);
+    else if (strcmp(key, "hold_window_ns") == 0)
+        __atomic_store_n(&l->hold_window_ns, (uint64_t)v, __ATOMIC_RELAXED);
+    else if (strcmp(key, "hold_period_ns") == 0)
+        __atomic_store_n(&l->hold_period_ns, (uint64_t)v, __ATOMIC_RELAXED);
+    else if (strcmp(key, "hold_max_bp") == 0 && v <= 0xffffffffull)
+        __atomic_store_n(&l->hold_max_bp, (uint32_t)v, __ATOMIC_RELAXED);
     else if (strcmp(key, "policy") == 0 && v <= 1)
         __atomic_store_n(&l->fail_policy, (uint32_t)v, __ATOMIC_RELAXED);
     else if (sscanf(key, "mem%d", &dev) == 1 && dev >= 0 && dev < XCUDA_MAX_DEVICES)
@@ -98,6 +112,37 @@ static int set_all(xcuda_limits *l, int n, char **kvs)
     return rc;
 }
 
+static int signal_page(const char *path, int n, char **kvs)
+{
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "xcblock: open %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    if ((size_t)st.st_size < sizeof(xcuda_signal) && ftruncate(fd, sizeof(xcuda_signal)) != 0) {
+        fprintf(stderr, "xcblock: size %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    xcuda_signal *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (s == MAP_FAILED)
+        return 1;
+    if (s->hdr.magic != XCUDA_SIGNAL_MAGIC)
+        s->hdr = (xcuda_header){XCUDA_SIGNAL_MAGIC, XCUDA_CTL_VERSION, sizeof *s};
+    for (int i = 0; i < n; i++) {
+        int slot;
+        unsigned long long v;
+        if (sscanf(kvs[i], "slot%d=%llu", &slot, &v) != 2 || slot < 0 ||
+            slot >= XCUDA_SIGNAL_SLOTS) {
+            fprintf(stderr, "xcblock: bad setting %s\n", kvs[i]);
+            return 2;
+        }
+        __atomic_store_n(&s->slot[slot].online_ns, (uint64_t)v, __ATOMIC_RELAXED);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -105,6 +150,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *dir = argv[2];
+    if (strcmp(argv[1], "signal") == 0)
+        return signal_page(dir, argc - 3, argv + 3);
     if (strcmp(argv[1], "create") == 0) {
         xcuda_limits l;
         memset(&l, 0, sizeof l);
@@ -131,12 +178,12 @@ int main(int argc, char **argv)
         return set_all(l, argc - 3, argv + 3);
     if (strcmp(argv[1], "show") == 0) {
         printf("share_bp=%u paused=%u mem0=%llu reserved0=%llu peak0=%llu oom_denials=%u "
-               "launches=%llu throttled_ns=%llu gpu_time_ns=%llu inflight=%u\n",
+               "launches=%llu throttled_ns=%llu gpu_time_ns=%llu inflight=%u online_held_ns=%llu\n",
                l->share_bp, l->paused, (unsigned long long)l->mem_limit[0],
                (unsigned long long)u->reserved_bytes[0], (unsigned long long)u->peak_bytes[0],
                u->oom_denials, (unsigned long long)u->launches,
                (unsigned long long)u->throttled_ns, (unsigned long long)u->gpu_time_ns,
-               u->inflight);
+               u->inflight, (unsigned long long)u->online_held_ns);
         return 0;
     }
     fprintf(stderr, "xcblock: unknown command %s\n", argv[1]);
