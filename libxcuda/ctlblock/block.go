@@ -68,7 +68,7 @@ type Signal struct {
 	// GPUs are the signal page's slots of the container's GPUs (bit i = NVML index i).
 	GPUs uint64
 	// HoldWindow: an offline launch waits while online work was published within this
-	// (0 = default 2ms, at most 100ms).
+	// (0 = default 10ms, at most 100ms).
 	HoldWindow time.Duration
 	// HoldPeriod and HoldMaxBP bound the waiting: at most HoldMaxBP basis points of every
 	// HoldPeriod are spent holding (0 = defaults 20ms and 8000; libxcuda caps the share at

@@ -52,7 +52,7 @@ const (
 // Hold policy defaults (a 0 in the limits page) and the bounds libxcuda enforces
 // whatever the page says.
 const (
-	DefaultHoldWindow = 2 * time.Millisecond
+	DefaultHoldWindow = 10 * time.Millisecond
 	DefaultHoldPeriod = 20 * time.Millisecond
 	DefaultHoldMaxBP  = 8000
 	HoldWindowMax     = 100 * time.Millisecond

@@ -1,0 +1,222 @@
+package xcudatest
+
+import (
+	"math"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+)
+
+// Online-aware gating (issue 14): an online process's libxcuda publishes pending work in
+// the node's GPU signal page; an offline process's libxcuda holds its launches while the
+// page says so, within its hold budget.
+
+func monoNS() uint64 {
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1 /* CLOCK_MONOTONIC */, uintptr(unsafe.Pointer(&ts)), 0)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
+}
+
+func signalPage(t *testing.T) *ctlblock.SignalPage {
+	t.Helper()
+	s, err := ctlblock.OpenSignalPage(filepath.Join(t.TempDir(), ctlblock.SignalFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func signalHarness(t *testing.T, page string, sig ctlblock.Signal) *harness {
+	t.Helper()
+	l := ctlblock.Unlimited()
+	l.Signal = sig
+	h := newHarness(t, l)
+	h.extraEnv = append(h.extraEnv, ctlblock.EnvSignal+"="+page)
+	return h
+}
+
+// heldSample is the offline container's online-held time at a moment.
+type heldSample struct {
+	at   time.Time
+	held time.Duration
+}
+
+func sampleHeld(h *harness) heldSample {
+	return heldSample{time.Now(), h.block.Usage().OnlineHeld}
+}
+
+// heldFraction is the share of wall time held between two samples.
+func heldFraction(a, b heldSample) float64 {
+	return float64(b.held-a.held) / float64(b.at.Sub(a.at))
+}
+
+// drain keeps reading progress lines and returns the latest launch count seen so far.
+func drain(ch <-chan progress, last *progress) {
+	for {
+		select {
+		case p, ok := <-ch:
+			if !ok {
+				return
+			}
+			*last = p
+		default:
+			return
+		}
+	}
+}
+
+// TestOnlineHoldsOffline: an offline loop holds (up to its 80% default budget) while an
+// online loop on the same GPU launches, keeps progressing meanwhile, and stops holding
+// once the online process has finished (it clears its slot when it synchronises and
+// exits).
+func TestOnlineHoldsOffline(t *testing.T) {
+	page := signalPage(t)
+	off := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1 << 3})
+	on := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalPublish, GPUs: 1 << 3})
+	offCh, offWait := runLoop(t, off, 200, 2.6, "kernel")
+	var last progress
+	time.Sleep(400 * time.Millisecond)
+	drain(offCh, &last)
+	s0 := sampleHeld(off)
+	if s0.held != 0 {
+		t.Errorf("offline held %v before any online work", s0.held)
+	}
+	onCh, onWait := runLoop(t, on, 200, 1.0, "kernel")
+	time.Sleep(250 * time.Millisecond)
+	if v := page.Online(3); v == 0 {
+		t.Errorf("online process launching, but its GPU's slot is 0")
+	}
+	drain(offCh, &last)
+	s1, l1 := sampleHeld(off), last.launches
+	time.Sleep(600 * time.Millisecond)
+	drain(offCh, &last)
+	s2, l2 := sampleHeld(off), last.launches
+	for range onCh {
+	}
+	onWait()
+	if v := page.Online(3); v != 0 {
+		t.Errorf("online process exited, but its GPU's slot still says %d", v)
+	}
+	time.Sleep(100 * time.Millisecond)
+	s3 := sampleHeld(off)
+	time.Sleep(500 * time.Millisecond)
+	s4 := sampleHeld(off)
+	for range offCh {
+	}
+	offWait()
+
+	during, after := heldFraction(s1, s2), heldFraction(s3, s4)
+	t.Logf("offline held %.2f of the time while online launched, %.2f after; %d launches meanwhile", during, after, l2-l1)
+	if during < 0.5 || during > 0.9 {
+		t.Errorf("while online launched, offline held %.2f of the time, want 0.5..0.9 (budget 0.8)", during)
+	}
+	if l2 <= l1 {
+		t.Errorf("offline made no launch while online launched (%d → %d): the hold is not bounded", l1, l2)
+	}
+	if after > 0.02 {
+		t.Errorf("after online finished, offline still held %.2f of the time", after)
+	}
+	if u := off.block.Usage(); u.Throttled < u.OnlineHeld {
+		t.Errorf("throttled %v does not include online-held %v", u.Throttled, u.OnlineHeld)
+	}
+}
+
+// TestHoldIsBounded: a page that says "online busy" forever (an online container that
+// keeps writing its slot) costs offline at most its hold budget, here 50% of every
+// 10 ms; a corrupt slot (far future, far past) costs nothing.
+func TestHoldIsBounded(t *testing.T) {
+	page := signalPage(t)
+	off := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1,
+		HoldMaxBP: 5000, HoldPeriod: 10 * time.Millisecond})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Microsecond):
+				page.SetOnline(0, monoNS())
+			}
+		}
+	}()
+	ch, wait := runLoop(t, off, 200, 2.0, "kernel")
+	var last progress
+	time.Sleep(300 * time.Millisecond)
+	drain(ch, &last)
+	s1, l1 := sampleHeld(off), last.launches
+	time.Sleep(700 * time.Millisecond)
+	drain(ch, &last)
+	s2, l2 := sampleHeld(off), last.launches
+	close(stop)
+	<-done
+	// Corrupt values: far in the future, far in the past (but not 0).
+	page.SetOnline(0, math.MaxUint64)
+	time.Sleep(300 * time.Millisecond)
+	s3 := sampleHeld(off)
+	page.SetOnline(0, 1)
+	time.Sleep(300 * time.Millisecond)
+	s4 := sampleHeld(off)
+	for range ch {
+	}
+	wait()
+	busy, corrupt := heldFraction(s1, s2), heldFraction(s3, s4)
+	t.Logf("held %.2f of the time under a page that is always busy (budget 0.5), %.3f under corrupt values; %d launches meanwhile", busy, corrupt, l2-l1)
+	if busy < 0.3 || busy > 0.6 {
+		t.Errorf("always-busy page: offline held %.2f of the time, want 0.3..0.6 (budget 0.5)", busy)
+	}
+	if l2 <= l1 {
+		t.Errorf("always-busy page: offline made no launch (%d → %d)", l1, l2)
+	}
+	if corrupt > 0.01 {
+		t.Errorf("corrupt slot values held offline %.3f of the time, want 0", corrupt)
+	}
+}
+
+// TestNoSignalPageUnchanged: without a signal page (or without a role) the offline
+// loop runs exactly as without the feature: never held, GPU kept busy.
+func TestNoSignalPageUnchanged(t *testing.T) {
+	page := signalPage(t)
+	page.SetOnline(0, math.MaxUint64-1) // would be "busy" if anything looked at it
+	for name, c := range map[string]struct {
+		page string
+		sig  ctlblock.Signal
+	}{
+		"no page": {filepath.Join(t.TempDir(), "missing"), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1}},
+		"no role": {page.Path(), ctlblock.Signal{GPUs: 1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := signalHarness(t, c.page, c.sig)
+			stop := make(chan struct{})
+			go func() {
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+						page.SetOnline(0, monoNS())
+					}
+				}
+			}()
+			defer close(stop)
+			ch, wait := runLoop(t, h, 2000, 1.2, "kernel")
+			var ps []progress
+			for p := range ch {
+				ps = append(ps, p)
+			}
+			wait()
+			if ws := shareWindows(ps); len(ws) < 1 || ws[0] < 0.9 {
+				t.Errorf("GPU share %v, want ≥ 0.9", ws)
+			}
+			if u := h.block.Usage(); u.Throttled != 0 || u.OnlineHeld != 0 {
+				t.Errorf("throttled %v, online-held %v: want 0", u.Throttled, u.OnlineHeld)
+			}
+		})
+	}
+}
