@@ -189,28 +189,6 @@ func (g *GPU) demand(in Input) (float64, bool) {
 	return math.Max(now, anticipation*forecast), burst
 }
 
-// Split divides a GPU's offline share among its offline containers in proportion to
-// their weights (a container's class priority + 1), so that a higher-priority job gets
-// more of the GPU without starving the others.
-func Split(share float64, weights []float64) []float64 {
-	out := make([]float64, len(weights))
-	var sum float64
-	for _, w := range weights {
-		if w > 0 {
-			sum += w
-		}
-	}
-	if sum == 0 {
-		return out
-	}
-	for i, w := range weights {
-		if w > 0 {
-			out[i] = share * w / sum
-		}
-	}
-	return out
-}
-
 func clamp(v, lo, hi float64) float64 {
 	if math.IsNaN(v) {
 		return lo

@@ -132,15 +132,3 @@ func TestLearnsDailyPattern(t *testing.T) {
 	}
 }
 
-func TestSplit(t *testing.T) {
-	got := Split(0.6, []float64{1, 1, 4})
-	want := []float64{0.1, 0.1, 0.4}
-	for i := range want {
-		if !near(got[i], want[i]) {
-			t.Errorf("Split = %v, want %v", got, want)
-		}
-	}
-	if s := Split(0.6, []float64{0, 0}); s[0] != 0 || s[1] != 0 {
-		t.Errorf("zero weights: %v", s)
-	}
-}
