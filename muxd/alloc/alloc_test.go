@@ -131,4 +131,3 @@ func TestLearnsDailyPattern(t *testing.T) {
 		t.Errorf("pattern not anticipated one bucket ahead: %+v", before)
 	}
 }
-
