@@ -278,41 +278,13 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		g.launches[c.ID] = n
 	}
 	// Forget containers that are gone, so the per-container state does not grow forever.
-	for id := range g.launches {
-		if !live[id] {
-			delete(g.launches, id)
-		}
-	}
-	for id := range g.sticky {
-		if !live[id] {
-			delete(g.sticky, id)
-		}
-	}
-	for id := range g.quarantined {
-		if !live[id] {
-			delete(g.quarantined, id)
-		}
-	}
-	for id := range g.suspect {
-		if !live[id] {
-			delete(g.suspect, id)
-		}
-	}
-	for id := range g.reports {
-		if !live[id] {
-			delete(g.reports, id)
-		}
-	}
-	for id := range g.lastSticky {
-		if !live[id] {
-			delete(g.lastSticky, id)
-		}
-	}
-	for id := range g.ceilings {
-		if !live[id] {
-			delete(g.ceilings, id)
-		}
-	}
+	forget(g.launches, live)
+	forget(g.sticky, live)
+	forget(g.quarantined, live)
+	forget(g.suspect, live)
+	forget(g.reports, live)
+	forget(g.lastSticky, live)
+	forget(g.ceilings, live)
 	g.mu.Unlock()
 	for id, why := range corrupt {
 		for _, c := range containers {
@@ -956,4 +928,13 @@ func gpuIndexes(list []string, gpus []monitor.GPUStatus) []int {
 		}
 	}
 	return out
+}
+
+// forget drops the entries of containers that are no longer live.
+func forget[V any](m map[string]V, live map[string]bool) {
+	for id := range m {
+		if !live[id] {
+			delete(m, id)
+		}
+	}
 }
