@@ -33,6 +33,7 @@ type Policy struct {
 	Errors   Errors   `toml:"errors"`
 	Evict    Evict    `toml:"evict"`
 	Hook     Hook     `toml:"hook"`
+	Hold     Hold     `toml:"hold"`
 }
 
 // Node holds where muxd keeps its state and how it is reached.
@@ -172,6 +173,19 @@ type Hook struct {
 	Timeout Duration `toml:"timeout"`
 }
 
+// Hold configures online-aware gating: offline launches wait while online work is
+// pending on their GPU, bounded (libxcuda, through the node's GPU signal page).
+type Hold struct {
+	// Enabled gives GPU containers a role in the signal page (online publish, offline
+	// follow); off, libxcuda ignores the page.
+	Enabled bool `toml:"enabled"`
+	// Window: an offline launch waits while online work was published within it.
+	Window Duration `toml:"window"`
+	// Period and Max bound the waiting: at most Max of every Period is spent holding.
+	Period Duration `toml:"period"`
+	Max    Percent  `toml:"max"`
+}
+
 // Validate checks every value's range and the relations between values. Errors name the
 // key as written in the file (section.key).
 func (p *Policy) Validate() error {
@@ -307,6 +321,16 @@ func (p *Policy) Validate() error {
 	}
 	if p.Hook.Timeout.D() <= 0 || p.Hook.Timeout.D() > 60e9 {
 		add("hook.timeout", "must be above 0 and at most 1m, got %v", p.Hook.Timeout.D())
+	}
+	// The bounds are libxcuda's (libxcuda/include/xcuda_ctl.h), which clamps anyway.
+	if w := p.Hold.Window.D(); w < 1e3 || w > 100e6 {
+		add("hold.window", "must be between 1us and 100ms, got %v", w)
+	}
+	if d := p.Hold.Period.D(); d < 1e6 || d > 1e9 {
+		add("hold.period", "must be between 1ms and 1s, got %v", d)
+	}
+	if p.Hold.Max < 0 || p.Hold.Max > 95 {
+		add("hold.max", "must be between 0%% and 95%% (offline work must keep progressing), got %v%%", float64(p.Hold.Max))
 	}
 	if len(errs) == 0 {
 		return nil

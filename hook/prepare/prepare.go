@@ -122,6 +122,11 @@ func Create(req Request, p *policy.Policy, reg Registry) (*api.Container, []byte
 	return &c, out, nil
 }
 
+func regularFile(path string) bool {
+	st, err := os.Lstat(path)
+	return err == nil && st.Mode().IsRegular()
+}
+
 func cleanAbs(path string) bool { return filepath.IsAbs(path) && filepath.Clean(path) == path }
 
 func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte, error) {
@@ -144,7 +149,12 @@ func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte
 		return nil, err
 	}
 	preload := filepath.Join(c.Control.Dir, PreloadFile)
-	mods, err := wiring.Plan{Container: c, Policy: p, HookBinary: req.HookBinary, Preload: preload}.Modifiers()
+	// muxd creates the node's GPU signal page at start; an older one has none.
+	var signal string
+	if sp := filepath.Join(p.Node.RunDir, ctlblock.SignalFile); regularFile(sp) {
+		signal = sp
+	}
+	mods, err := wiring.Plan{Container: c, Policy: p, HookBinary: req.HookBinary, Preload: preload, Signal: signal}.Modifiers()
 	if err != nil {
 		return nil, err
 	}

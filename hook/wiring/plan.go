@@ -26,6 +26,10 @@ type Plan struct {
 	HookBinary string
 	// Preload is the host file mounted as /etc/ld.so.preload.
 	Preload string
+	// Signal is the host path of the node's GPU signal page (muxd's <run_dir>/signal),
+	// mounted read-write into online containers and read-only into offline ones; "" when
+	// muxd has none (an older muxd), and then nothing is mounted.
+	Signal string
 }
 
 // Modifiers turns the plan into the list of changes, after checking that every host path
@@ -78,6 +82,14 @@ func (pl Plan) Modifiers() (List, error) {
 	}
 	if sm := threadPercent(c, p); sm > 0 {
 		env[EnvThreadPercent] = strconv.Itoa(sm)
+	}
+	if pl.Signal != "" {
+		// Online containers publish their pending work in it; offline ones only read it
+		// (an offline container must never be able to hold anyone back).
+		if !within(pl.Signal, p.Node.RunDir) {
+			return nil, fmt.Errorf("GPU signal page %q is outside %s", pl.Signal, p.Node.RunDir)
+		}
+		mounts = append(mounts, Bind(pl.Signal, ContainerSignal, c.Class == api.Online))
 	}
 	if !filepath.IsAbs(pl.Preload) {
 		return nil, fmt.Errorf("ld.so.preload file %q is not an absolute path", pl.Preload)

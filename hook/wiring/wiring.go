@@ -26,6 +26,9 @@ const (
 	ContainerLimits = ContainerControlDir + "/limits"
 	// ContainerUsage is the usage file (read-write: libxcuda writes it).
 	ContainerUsage = ContainerControlDir + "/usage"
+	// ContainerSignal is the node's GPU signal page (online-aware gating): read-write in
+	// online containers, read-only in offline ones.
+	ContainerSignal = ContainerRoot + "/signal"
 	// ContainerLib is where libxcuda.so appears (read-only).
 	ContainerLib = "/usr/lib/muxflow/libxcuda.so"
 	// PreloadPath is the dynamic loader's list of libraries loaded into every process.

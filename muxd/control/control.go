@@ -27,6 +27,9 @@ type Manager struct {
 	// container's first limits are its part of its GPUs' offline budget (see
 	// InitialLimits). Set once before use.
 	Peers func() []api.Container
+	// GPUs, when set, is the node's GPU inventory, used to map containers' GPUs to slots
+	// of the GPU signal page (see signal.go). Set once before use.
+	GPUs func() []api.GPU
 
 	mu     sync.Mutex
 	blocks map[string]*ctlblock.Block
@@ -149,7 +152,13 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	if m.Peers != nil {
 		peers = m.Peers()
 	}
-	b, err := ctlblock.Attach(dir, InitialLimits(c, p, peers...))
+	l := InitialLimits(c, p, peers...)
+	var gpus []api.GPU
+	if m.GPUs != nil {
+		gpus = m.GPUs()
+	}
+	l.Signal = Signal(c, p, gpus)
+	b, err := ctlblock.Attach(dir, l)
 	if err != nil {
 		return fmt.Errorf("attach control block for %s: %w", c.ID, err)
 	}

@@ -142,6 +142,10 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.controls.Peers = d.reg.List
+	d.controls.GPUs = func() []api.GPU { g, _ := d.inv.GPUs(context.Background()); return g }
+	if err := d.controls.EnsureSignalPage(); err != nil {
+		return nil, err
+	}
 	d.metrics = newMetrics(d)
 	if p.MPS.Enabled && opts.NVML == nil {
 		d.log.Warn("MPS is enabled by policy but there are no GPUs: not starting it")

@@ -1,0 +1,103 @@
+package control
+
+import (
+	"path/filepath"
+	"strconv"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// Online-aware gating (issue 14): muxd creates one GPU signal page per node
+// (<run_dir>/signal, one slot per GPU; see ctlblock.SignalPage), the runtime mounts it
+// read-write into online containers and read-only into offline ones, and each
+// container's limits page says which slots are its GPUs and what its libxcuda does with
+// them: online processes publish their pending work, offline ones hold their launches
+// while there is some, within the hold budget of policy [hold].
+
+// SignalPath is the node's GPU signal page under muxd's run directory.
+func SignalPath(runDir string) string { return filepath.Join(runDir, ctlblock.SignalFile) }
+
+// EnsureSignalPage creates the node's GPU signal page, or keeps the one running
+// processes have mapped (a header that is not a signal page's is rewritten in place).
+func (m *Manager) EnsureSignalPage() error {
+	s, err := ctlblock.OpenSignalPage(SignalPath(filepath.Dir(m.root)))
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+// Signal is a container's part in online-aware gating: its role by class, the signal
+// slots of its GPUs and the hold policy. gpus is the node's inventory, used to resolve
+// GPU UUIDs and "all"; it may be nil.
+func Signal(c api.Container, p *policy.Policy, gpus []api.GPU) ctlblock.Signal {
+	h := p.Hold
+	if !h.Enabled {
+		return ctlblock.Signal{}
+	}
+	s := ctlblock.Signal{
+		GPUs:       SignalSlots(c.GPUs, gpus),
+		HoldWindow: h.Window.D(),
+		HoldPeriod: h.Period.D(),
+		HoldMaxBP:  uint32(float64(h.Max)*100 + 0.5),
+	}
+	switch c.Class {
+	case api.Online:
+		s.Role = ctlblock.SignalPublish
+	case api.Offline:
+		if h.Max > 0 { // 0%: never hold
+			s.Role = ctlblock.SignalFollow
+		}
+	}
+	return s
+}
+
+// SignalSlots maps a container's GPU list (NVIDIA_VISIBLE_DEVICES entries) to signal
+// slots, one bit per NVML index. "all" is every GPU of the inventory; a UUID is looked up
+// in it. What cannot be resolved (a MIG instance, a GPU the inventory does not know, "all"
+// without an inventory) counts as every slot: an online container then marks every GPU
+// busy and an offline one follows every GPU, which errs towards protecting online work
+// (and costs offline work at most its hold budget).
+func SignalSlots(list []string, gpus []api.GPU) uint64 {
+	const every = ^uint64(0)
+	var mask uint64
+	bit := func(i int) bool {
+		if i < 0 || i >= ctlblock.SignalSlots {
+			return false
+		}
+		mask |= 1 << uint(i)
+		return true
+	}
+	for _, g := range list {
+		if g == "all" {
+			if len(gpus) == 0 {
+				return every
+			}
+			for _, x := range gpus {
+				if !bit(x.Index) {
+					return every
+				}
+			}
+			continue
+		}
+		if n, err := strconv.Atoi(g); err == nil {
+			if !bit(n) {
+				return every
+			}
+			continue
+		}
+		found := false
+		for _, x := range gpus {
+			if x.UUID == g {
+				found = bit(x.Index)
+				break
+			}
+		}
+		if !found {
+			return every
+		}
+	}
+	return mask
+}

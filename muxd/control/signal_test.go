@@ -1,0 +1,95 @@
+package control
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
+)
+
+func TestSignalSlots(t *testing.T) {
+	inv := []api.GPU{{Index: 0, UUID: "GPU-aaaa"}, {Index: 1, UUID: "GPU-bbbb"}, {Index: 3, UUID: "GPU-dddd"}}
+	all := ^uint64(0)
+	for _, tc := range []struct {
+		list []string
+		inv  []api.GPU
+		want uint64
+	}{
+		{[]string{"0"}, inv, 1},
+		{[]string{"3", "1"}, inv, 0b1010},
+		{[]string{"GPU-bbbb"}, inv, 0b10},
+		{[]string{"all"}, inv, 0b1011},
+		{[]string{"all"}, nil, all},              // no inventory: every slot
+		{[]string{"GPU-ffff"}, inv, all},         // unknown GPU: every slot
+		{[]string{"MIG-GPU-aaaa/1/0"}, inv, all}, // MIG instance: every slot
+		{[]string{"64"}, inv, all},               // beyond the page
+	} {
+		if got := SignalSlots(tc.list, tc.inv); got != tc.want {
+			t.Errorf("SignalSlots(%v) = %#x, want %#x", tc.list, got, tc.want)
+		}
+	}
+}
+
+func TestSignalRoles(t *testing.T) {
+	p := policy.Default()
+	on := api.Container{RegisterRequest: api.RegisterRequest{ID: "on", Class: api.Online, GPUs: []string{"1"}}}
+	off := api.Container{RegisterRequest: api.RegisterRequest{ID: "off", Class: api.Offline, GPUs: []string{"1"}}}
+	if s := Signal(on, p, nil); s.Role != ctlblock.SignalPublish || s.GPUs != 0b10 {
+		t.Errorf("online: %+v", s)
+	}
+	s := Signal(off, p, nil)
+	if s.Role != ctlblock.SignalFollow || s.GPUs != 0b10 || s.HoldWindow != 10*time.Millisecond ||
+		s.HoldPeriod != 20*time.Millisecond || s.HoldMaxBP != 8000 {
+		t.Errorf("offline with the default policy: %+v", s)
+	}
+	p.Hold.Max = 0
+	if s := Signal(off, p, nil); s.Role != ctlblock.SignalNone {
+		t.Errorf("hold.max 0%%: offline role %v, want none", s.Role)
+	}
+	p.Hold.Enabled = false
+	if s := Signal(on, p, nil); s != (ctlblock.Signal{}) {
+		t.Errorf("hold disabled: %+v", s)
+	}
+}
+
+// TestEnsureWritesSignal: the page is created under run_dir and a container's block
+// carries its role, slots and the hold policy; the guard's read-modify-write keeps them.
+func TestEnsureWritesSignal(t *testing.T) {
+	run := t.TempDir()
+	m, err := NewManager(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.GPUs = func() []api.GPU { return []api.GPU{{Index: 2, UUID: "GPU-cccc"}} }
+	if err := m.EnsureSignalPage(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(run, ctlblock.SignalFile)); err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("signal page: %v %v", st, err)
+	}
+	if err := m.EnsureSignalPage(); err != nil { // again: kept
+		t.Fatal(err)
+	}
+	c := api.Container{RegisterRequest: api.RegisterRequest{ID: "off1", Class: api.Offline, GPUs: []string{"GPU-cccc"}}}
+	if err := m.Ensure(c, policy.Default()); err != nil {
+		t.Fatal(err)
+	}
+	b := m.Block("off1")
+	got := b.Limits().Signal
+	if got.Role != ctlblock.SignalFollow || got.GPUs != 1<<2 || got.HoldMaxBP != 8000 {
+		t.Errorf("block signal limits %+v", got)
+	}
+	l := b.Limits()
+	l.ShareBP = 4000
+	if err := b.SetLimits(l); err != nil {
+		t.Fatal(err)
+	}
+	if b.Limits().Signal != got {
+		t.Errorf("a limits update lost the signal settings: %+v", b.Limits().Signal)
+	}
+	m.Remove("off1")
+}
