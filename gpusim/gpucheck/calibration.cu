@@ -9,12 +9,15 @@
 //   calibration plan PLAN               SM clock and copy sizes of every kernel shape -> PLAN
 //   calibration tb PLAN                 two 1 ms sleep kernels of 1024 threads, alone and on
 //                                       two streams of one context, grid = SMs and 2 x SMs
-//   calibration smids                   distinct SMs the blocks of a GPU-filling kernel ran on
-//   calibration run PLAN WORKLOAD T0_MS WARM_MS MEASURE_MS TAIL_MS
-//        WORKLOAD (yolos, bert, resnet, berttrain, llama) from T0 (ms since the
-//        epoch, so that the processes of one point start together): warm-up
-//        until T0+WARM, measured for MEASURE ms, kept running TAIL ms more so
-//        that the neighbours stay busy to the end of their windows.
+//   calibration smids                   SMs the blocks of a GPU-filling kernel ran on: at
+//                                       one instant at most, and in all
+//   calibration run PLAN WORKLOAD SYNC_DIR WARM_MS MEASURE_MS TAIL_MS
+//        WORKLOAD (yolos, bert, resnet, berttrain, llama): sets up, runs one
+//        unit, writes SYNC_DIR/ready.PID and waits (at most 60 s) for
+//        SYNC_DIR/go, which holds T0 in ms since the epoch (so that the
+//        processes of one point start together); then warm-up until T0+WARM,
+//        measured for MEASURE ms, kept running TAIL ms more so that the
+//        neighbours stay busy to the end of their windows.
 //
 // A kernel of a shape is block_us of work per block: (1 - bw) of it spinning on
 // clock64 and bw of it copying memory (float4 loads and stores through 128 MiB
@@ -67,17 +70,24 @@ __global__ void __launch_bounds__(1024, 2) sleeper(long long cycles)
 	}
 }
 
-// where: block b writes the id of the SM it runs on to out[b], then spins so
-// that the blocks spread over every SM the context may use.
-__global__ void where(unsigned *out, long long cycles)
+// where: block b writes the id of the SM it runs on to sm[b] and its start
+// and end on the GPU's global timer (ns) to t0[b], t1[b], spinning between
+// so that the blocks spread over every SM the context may use.
+__global__ void where(unsigned *sm, unsigned long long *t0, unsigned long long *t1, long long cycles)
 {
+	unsigned long long g0 = 0, g1 = 0;
+	if (threadIdx.x == 0)
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
+	long long c0 = clock64();
+	while (clock64() - c0 < cycles) {
+	}
 	if (threadIdx.x == 0) {
 		unsigned id;
 		asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-		out[blockIdx.x] = id;
-	}
-	long long t0 = clock64();
-	while (clock64() - t0 < cycles) {
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+		sm[blockIdx.x] = id;
+		t0[blockIdx.x] = g0;
+		t1[blockIdx.x] = g1;
 	}
 }
 
@@ -427,26 +437,43 @@ static int do_smids()
 	init_device();
 	int sms = sm_count(); // under MPS this may already show the client's limit
 	int grid = 32 * std::max(sms, 132);
-	unsigned *d = nullptr;
-	CK(cudaMalloc(&d, grid * sizeof(unsigned)));
-	CK(cudaMemset(d, 0xff, grid * sizeof(unsigned)));
-	where<<<grid, 128>>>(d, 40000); // ~20 us a block
+	unsigned *d_sm = nullptr;
+	unsigned long long *d_t0 = nullptr, *d_t1 = nullptr;
+	CK(cudaMalloc(&d_sm, grid * sizeof(unsigned)));
+	CK(cudaMalloc(&d_t0, grid * sizeof(unsigned long long)));
+	CK(cudaMalloc(&d_t1, grid * sizeof(unsigned long long)));
+	CK(cudaMemset(d_sm, 0xff, grid * sizeof(unsigned)));
+	where<<<grid, 128>>>(d_sm, d_t0, d_t1, 40000); // ~20 us a block
 	CK(cudaGetLastError());
 	CK(cudaDeviceSynchronize());
-	std::vector<unsigned> h(grid);
-	CK(cudaMemcpy(h.data(), d, grid * sizeof(unsigned), cudaMemcpyDeviceToHost));
+	std::vector<unsigned> sm(grid);
+	std::vector<unsigned long long> t0(grid), t1(grid);
+	CK(cudaMemcpy(sm.data(), d_sm, grid * sizeof(unsigned), cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(t0.data(), d_t0, grid * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(t1.data(), d_t1, grid * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
 	std::set<unsigned> ids;
 	int missing = 0;
-	for (unsigned v : h) {
+	for (unsigned v : sm) {
 		if (v == 0xffffffffu)
 			missing++;
 		else
 			ids.insert(v);
 	}
-	printf("smids sms_attr=%d sms_used=%zu max_smid=%u blocks=%d missing=%d atp=%s\n", sms, ids.size(),
-	       ids.empty() ? 0 : *ids.rbegin(), grid, missing,
-	       getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") ? getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") : "-");
-	CK(cudaFree(d));
+	// the most SMs holding blocks at one instant (at each block's start)
+	size_t concurrent = 0;
+	for (int b = 0; b < grid; b += 7) { // a sample of instants is enough
+		std::set<unsigned> at;
+		for (int o = 0; o < grid; o++)
+			if (sm[o] != 0xffffffffu && t0[o] <= t0[b] && t0[b] < t1[o])
+				at.insert(sm[o]);
+		concurrent = std::max(concurrent, at.size());
+	}
+	const char *atp = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+	printf("smids sms_attr=%d sms_concurrent=%zu sms_used=%zu max_smid=%u blocks=%d missing=%d atp=%s\n", sms,
+	       concurrent, ids.size(), ids.empty() ? 0 : *ids.rbegin(), grid, missing, atp ? atp : "-");
+	CK(cudaFree(d_sm));
+	CK(cudaFree(d_t0));
+	CK(cudaFree(d_t1));
 	return 0;
 }
 
@@ -472,7 +499,7 @@ static double mean(const std::vector<double> &v)
 static int do_run(int argc, char **argv)
 {
 	if (argc != 8) {
-		fprintf(stderr, "usage: calibration run PLAN WORKLOAD T0_MS WARM_MS MEASURE_MS TAIL_MS\n");
+		fprintf(stderr, "usage: calibration run PLAN WORKLOAD SYNC_DIR WARM_MS MEASURE_MS TAIL_MS\n");
 		return 2;
 	}
 	Plan p;
@@ -482,17 +509,13 @@ static int do_run(int argc, char **argv)
 		fprintf(stderr, "calibration: unknown workload %s\n", argv[3]);
 		return 2;
 	}
-	double t0_epoch = atof(argv[4]), warm = atof(argv[5]), meas = atof(argv[6]), tail = atof(argv[7]);
-	if (t0_epoch <= 0 || warm < 0 || meas <= 0 || tail < 0) {
+	const std::string sync = argv[4];
+	double warm = atof(argv[5]), meas = atof(argv[6]), tail = atof(argv[7]);
+	if (warm < 0 || meas <= 0 || tail < 0) {
 		fprintf(stderr, "calibration: bad times\n");
 		return 2;
 	}
-	// T0 on the steady clock
-	double now_epoch = std::chrono::duration<double, std::milli>(
-				   std::chrono::system_clock::now().time_since_epoch())
-				   .count();
-	Clock::time_point T0 = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-						      std::chrono::duration<double, std::milli>(t0_epoch - now_epoch));
+	Clock::time_point T0;
 	auto rel = [&](Clock::time_point t) { return std::chrono::duration<double, std::milli>(t - T0).count(); };
 	auto at = [&](double ms) {
 		return T0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
@@ -513,7 +536,32 @@ static int do_run(int argc, char **argv)
 	};
 	unit(); // warm-up (module load, first launches)
 	CK(cudaStreamSynchronize(s));
-	double late = rel(Clock::now()); // > 0: ready after T0
+
+	// ready, then wait for the common start
+	std::string ready = sync + "/ready." + std::to_string(getpid()), go = sync + "/go";
+	FILE *rf = fopen(ready.c_str(), "w");
+	if (!rf || fclose(rf) != 0) {
+		fprintf(stderr, "calibration: cannot write %s: %s\n", ready.c_str(), strerror(errno));
+		return 3;
+	}
+	double t0_epoch = 0;
+	for (int i = 0; i < 60000 && t0_epoch <= 0; i++) {
+		if (FILE *g = fopen(go.c_str(), "r")) {
+			if (fscanf(g, "%lf", &t0_epoch) != 1)
+				t0_epoch = 0;
+			fclose(g);
+		}
+		if (t0_epoch <= 0)
+			usleep(1000);
+	}
+	if (t0_epoch <= 0)
+		die("no start signal (SYNC_DIR/go) within 60 s");
+	double now_epoch = std::chrono::duration<double, std::milli>(
+				   std::chrono::system_clock::now().time_since_epoch())
+				   .count();
+	T0 = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+				    std::chrono::duration<double, std::milli>(t0_epoch - now_epoch));
+	double late = rel(Clock::now()); // > 0: the start signal came after T0
 	std::this_thread::sleep_until(T0);
 
 	std::vector<double> lat, gpu; // ms per counted unit
@@ -589,6 +637,6 @@ int main(int argc, char **argv)
 		return do_smids();
 	if (argc >= 2 && strcmp(argv[1], "run") == 0)
 		return do_run(argc, argv);
-	fprintf(stderr, "usage: calibration info | plan PLAN | tb PLAN | smids | run PLAN WORKLOAD T0_MS WARM_MS MEASURE_MS TAIL_MS\n");
+	fprintf(stderr, "usage: calibration info | plan PLAN | tb PLAN | smids | run PLAN WORKLOAD SYNC_DIR WARM_MS MEASURE_MS TAIL_MS\n");
 	return 2;
 }

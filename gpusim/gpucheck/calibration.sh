@@ -8,10 +8,10 @@
 #
 #   elvinger_tb_fit/_full   two 1 ms sleep kernels of 1024 threads (grid = SMs,
 #                           2 x SMs) on two streams of one context: together / alone
-#   elvinger_atp_tpc        distinct SMs an MPS client at 50% active threads runs
-#                           on (published: 40 of an 82-SM RTX 3090; here: this
-#                           GPU's count, printed with both rounding rules); 25%
-#                           and 10% as extra rows, where the rules differ
+#   elvinger_atp_tpc        the most SMs an MPS client at 50% active threads runs
+#                           on at one instant (published: 40 of an 82-SM RTX 3090;
+#                           here: this GPU's count, printed with both rounding
+#                           rules); 25% and 10% as extra rows, where they differ
 #   nos_ts_N / nos_mps_N    N processes each looping 1000 small kernels (96 x 256
 #                           threads, ~5 us), without MPS / with MPS: mean loop time
 #                           shared / alone (alone under the same sharing)
@@ -22,7 +22,9 @@
 #                           shared / alone
 # Latencies are host-clock spans from a unit's first launch to its completion
 # (what a client feels, waits for time slices included); the event-timed GPU
-# span is printed as a note (gpusim's figure is an event span).
+# span is printed as a note (gpusim's figure is an event span). Each run warms
+# up 0.3 s and measures 2 s (nos) or 4 s (Tally); the time-slicing runs see no
+# MPS daemon (CUDA_MPS_PIPE_DIRECTORY points at an empty directory).
 #
 # Needs nvcc, a GPU and, for the MPS points, nvidia-cuda-mps-control. MPS runs
 # in private pipe/log directories and is quit on exit (also on INT/TERM); every
@@ -48,16 +50,21 @@ bin=$work/calibration
 plan=$work/plan.txt
 mps_up=0
 kids=()
+# Until the private MPS daemon starts, point every process at an empty pipe
+# directory: an MPS daemon already running elsewhere on the machine would turn
+# the time-slicing runs into MPS runs.
+mkdir -p "$work/nomps"
+export CUDA_MPS_PIPE_DIRECTORY=$work/nomps
 measured=0 skipped=0 failed=0
 
 # mps_procs: pids of live processes started with our private pipe directory
 # (the control daemon and the server it spawns inherit it)
 mps_procs() {
-  local d p
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    [ "$p" = "$$" ] && continue
-    tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF "CUDA_MPS_PIPE_DIRECTORY=$pipe" && echo "$p"
+  local f p
+  for f in $(env -u CUDA_MPS_PIPE_DIRECTORY grep -lsFxz "CUDA_MPS_PIPE_DIRECTORY=$pipe" /proc/[0-9]*/environ); do
+    p=${f#/proc/}
+    p=${p%/environ}
+    [ "$p" != "$$" ] && [ "$p" != "$BASHPID" ] && echo "$p"
   done
 }
 
@@ -108,9 +115,10 @@ sub() {
   (( t < 1 )) && { echo "calibration: out of time before $*" >"$f.err"; return 124; }
   timeout -k 3 "$t" "$@" >"$f" 2>"$f.err" &
   p=$!
-  kids+=("$p")
+  kids=("$p")
   wait "$p"
   rc=$?
+  kids=()
   [ "$rc" -ne 0 ] && { echo "calibration: '$*' exited $rc:"; tail -3 "$f.err"; } >&2
   return "$rc"
 }
@@ -141,7 +149,7 @@ row() {
     n/a*) failed=$((failed + 1)) ;;
     *) measured=$((measured + 1)) ;;
   esac
-  [ "$id" = elvinger_atp_tpc ] && err="(other GPU)"
+  [ "$id" = elvinger_atp_tpc ] && [[ "$m" =~ ^[0-9] ]] && err="(other GPU)"
   printf '%-28s %9s %9s %11s | %-22s | %s\n' "$id" "$p" "$m" "$err" "$3 / $4" "$5" | tee -a "$table"
 }
 
@@ -166,25 +174,42 @@ sub 40 "$work/plan.log" "$bin" plan "$plan" || exit 2
 cat "$work/plan.log"
 
 # group NAME WARM_MS MEASURE_MS WORKLOAD...: the workloads as processes that
-# start measuring together; each one's result line in $work/NAME.I
+# start measuring together (each sets up, says it is ready in NAME.sync/, and
+# starts at the time this script then writes to NAME.sync/go); each one's
+# result line in $work/NAME.I
 group() {
-  local name=$1 warm=$2 meas=$3 i=0 rc=0 lead tail=300 need t0 p wl late
+  local name=$1 warm=$2 meas=$3 i=0 rc=0 est lim t0 p wl late ready alive polls=0
   shift 3
-  lead=$((init_ms * 2 + 1000 + 300 * $#))
-  need=$(((lead + warm + meas + tail) / 1000 + 8))
-  if ((need > $(left))); then
+  local sync=$work/$name.sync pids=()
+  est=$(((2 * init_ms + 300 + warm + meas + 300) / 1000 + 3)) # expected seconds
+  if ((est > $(left))); then
     echo "  $name: skipped (out of time)"
     return 3
   fi
-  t0=$(($(now_ms) + lead))
-  local pids=()
+  lim=$((est + 20))
+  ((lim > $(left))) && lim=$(left)
+  mkdir -p "$sync"
   for wl in "$@"; do
-    timeout -k 3 "$need" "$bin" run "$plan" "$wl" "$t0" "$warm" "$meas" "$tail" >"$work/$name.$i" 2>"$work/$name.$i.err" &
+    timeout -k 3 "$lim" "$bin" run "$plan" "$wl" "$sync" "$warm" "$meas" 300 >"$work/$name.$i" 2>"$work/$name.$i.err" &
     pids+=("$!")
-    kids+=("$!")
+    kids=("${pids[@]}")
     i=$((i + 1))
   done
+  # wait (at most 30 s) until all are ready or one has died, then start them
+  while ((polls < 1500)); do
+    ready=$(find "$sync" -name 'ready.*' | wc -l)
+    ((ready >= $#)) && break
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+    ((alive < $#)) && break
+    sleep 0.02
+    polls=$((polls + 1))
+  done
+  ((ready < $#)) && echo "  $name: only $ready of $# processes ready; starting them anyway"
+  t0=$(($(now_ms) + 200))
+  echo "$t0" >"$sync/go.tmp" && mv "$sync/go.tmp" "$sync/go"
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  kids=()
   for ((i = 0; i < $#; i++)); do
     if ! grep -q '^result ' "$work/$name.$i"; then
       echo "  $name: process $i gave no result:"
@@ -193,14 +218,14 @@ group() {
       continue
     fi
     late=$(field late_ms "$work/$name.$i")
-    ((${late:-0} > warm)) && echo "  $name: process $i was ready ${late} ms after the start: its window was short"
+    ((${late:-0} > warm)) && echo "  $name: process $i got the start signal ${late} ms late: its window was short"
   done
   echo "  $name: $(sed 's/^result //' "$work/$name.0")"
   return "$rc"
 }
 
 # avg KEY NAME N: mean of KEY over processes 0..N-1 of group NAME; spread KEY NAME N: min-max
-avg() { for ((i = 0; i < $3; i++)); do field "$1" "$work/$2.$i"; done | awk 'NF { s += $1; n++ } END { if (n) printf "%.4f\n", s / n }'; }
+avg() { for ((i = 0; i < $3; i++)); do field "$1" "$work/$2.$i"; done | awk 'NF { s += $1; n++ } END { if (n) printf "%.3f\n", s / n }'; }
 spread() { for ((i = 0; i < $3; i++)); do field "$1" "$work/$2.$i"; done | awk 'NF { if (n == 0 || $1 < lo) lo = $1; if ($1 > hi) hi = $1; n++ } END { if (n) printf "%.1f-%.1f\n", lo, hi }'; }
 f() { field "$1" "$work/$2"; } # f KEY NAME.I
 yolos() { for ((i = 0; i < $1; i++)); do echo yolos; done; } # N workload names
@@ -216,12 +241,12 @@ group ts_nos1 300 2000 yolos
 # shellcheck disable=SC2046  # one word a process
 for n in 3 5 7; do group "ts_nos$n" 300 2000 $(yolos "$n"); done
 echo "== time slicing (no MPS): Tally pairs"
-group ts_bert 300 3000 bert
-group ts_resnet 300 3000 resnet
-group ts_llama 300 3000 llama
-group ts_bert_resnet 300 3000 bert resnet
-group ts_bert_berttrain 300 3000 bert berttrain
-group ts_llama_resnet 300 3000 llama resnet
+group ts_bert 300 4000 bert
+group ts_resnet 300 4000 resnet
+group ts_llama 300 4000 llama
+group ts_bert_resnet 300 4000 bert resnet
+group ts_bert_berttrain 300 4000 bert berttrain
+group ts_llama_resnet 300 4000 llama resnet
 
 # ---------------------------------------------------------------- MPS
 mps_ok=0
@@ -242,18 +267,19 @@ else
     group mps_nos1 300 2000 yolos
     # shellcheck disable=SC2046
     for n in 3 5 7; do group "mps_nos$n" 300 2000 $(yolos "$n"); done
-    group mps_bert 300 3000 bert
-    group mps_resnet 300 3000 resnet
-    group mps_llama 300 3000 llama
-    group mps_bert_resnet 300 3000 bert resnet
-    group mps_llama_resnet 300 3000 llama resnet
+    group mps_bert 300 4000 bert
+    group mps_resnet 300 4000 resnet
+    group mps_llama 300 4000 llama
+    group mps_bert_resnet 300 4000 bert resnet
+    group mps_llama_resnet 300 4000 llama resnet
     grep -h -i -E 'error|fault' "$work/log/"*.log 2>/dev/null | tail -5
   else
     echo "calibration: cannot start the MPS control daemon; MPS points skipped" >&2
     failed=$((failed + 1))
   fi
   mps_stop
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  export CUDA_MPS_PIPE_DIRECTORY=$work/nomps
+  unset CUDA_MPS_LOG_DIRECTORY
 fi
 
 # ---------------------------------------------------------------- table
@@ -286,8 +312,8 @@ for atp in 50 25 10; do
   [ "$atp" != 50 ] && id=atp_${atp}pct_sms
   file=$work/smids_$atp
   if [ "$mps_ok" = 1 ] && [ -s "$file" ]; then
-    row "$id" "$(field sms_used "$file")" "$(field sms_used "$work/smids_full") SMs" "$(field sms_used "$file") SMs" \
-      "ATP $atp%: $(rules "$atp"); client's SM attribute $(field sms_attr "$file")"
+    row "$id" "$(field sms_concurrent "$file")" "$(field sms_concurrent "$work/smids_full") SMs" "$(field sms_concurrent "$file") SMs" \
+      "ATP $atp%: $(rules "$atp"); most SMs at one instant; $(field sms_used "$file") SMs in all, client's SM attribute $(field sms_attr "$file")"
   else
     row "$id" "$([ "$mps_ok" = 1 ] && echo n/a || echo skipped)" - - "ATP $atp%: $(rules "$atp")"
   fi
@@ -301,7 +327,7 @@ for mode in ts mps; do
       row "$id" "$(div "$sm" "$am")" "$am ms" "$sm ms" \
         "mean over $n processes (each $(spread mean_ms "$s" "$n") ms); GPU-side $(div "$(avg gpu_mean_ms "$s" "$n")" "$(f gpu_mean_ms "$a.0")")"
     else
-      row "$id" "$(missing "$a" "$s")" - - ""
+      row "$id" "$(missing "$a" "$s")" - - "runs $a, $s"
     fi
   done
 done
@@ -315,7 +341,7 @@ latency() {
     row "$id" "$(div "$(f "$k" "$s.0")" "$(f "$k" "$a.0")")" "$(f "$k" "$a.0") ms" "$(f "$k" "$s.0") ms" \
       "GPU-side $(div "$(f "$gk" "$s.0")" "$(f "$gk" "$a.0")")$extra"
   else
-    row "$id" "$(missing "$a" "$s")" - - ""
+    row "$id" "$(missing "$a" "$s")" - - "runs $a, $s"
   fi
 }
 # tput ID ALONE SHARED: training throughput of process 1 of SHARED
@@ -324,7 +350,7 @@ tput() {
   if have "$a" && grep -q '^result ' "$work/$s.1" 2>/dev/null; then
     row "$id" "$(div "$(f units_per_s "$s.1")" "$(f units_per_s "$a.0")")" "$(f units_per_s "$a.0")/s" "$(f units_per_s "$s.1")/s" "iterations per second"
   else
-    row "$id" "$(missing "$a" "$s")" - - ""
+    row "$id" "$(missing "$a" "$s")" - - "runs $a, $s"
   fi
 }
 latency tally_bert_resnet_mps_p99 mps_bert mps_bert_resnet p99_ms gpu_p99_ms

@@ -5,7 +5,10 @@
 #   1. compile libxcuda against NVIDIA's cuda.h (prototype compatibility);
 #   2. PyTorch under libxcuda with a memory cap: must hit OOM at the cap;
 #   3. PyTorch matmul throughput without libxcuda, under libxcuda at 100%
-#      and at a 30% share: the ratio to the baseline is printed.
+#      and at a 30% share: the ratio to the baseline is printed;
+#   4. gpusim's calibration points measured on this GPU
+#      (gpusim/gpucheck/calibration.sh, at most 3 minutes of the 8; INFO, or
+#      FAIL when it could not run; CHECK_CALIBRATION=0 skips it).
 # Prints a RESULT line per check and a final SUMMARY; exits non-zero if a
 # check failed. Usage: tests/gpu/check.sh [OUT_DIR]
 set -uo pipefail
@@ -110,6 +113,26 @@ if [ -n "$b" ] && [ -n "$f" ] && [ -n "$t" ]; then
 else
   tail -5 "$out/probe.err"
   result throughput "FAIL (a run produced no figure)"
+fi
+echo "== 4. gpusim calibration points on this GPU (the table's real-GPU column)"
+cal_budget=$(($(left) - 40)) # leaves room for its cleanup (MPS quit) and the summary
+((cal_budget > 170)) && cal_budget=170
+if [ "${CHECK_CALIBRATION:-1}" = 0 ]; then
+  echo "skipped: CHECK_CALIBRATION=0"
+  result gpusim-calibration INFO
+elif ((cal_budget < 60)); then
+  echo "skipped: only $((cal_budget + 40)) s left"
+  result gpusim-calibration INFO
+else
+  OUT=$out/calibration timeout --kill-after=30 $((cal_budget + 25)) gpusim/gpucheck/calibration.sh "$cal_budget" 2>&1 |
+    tee "$out/calibration.txt"
+  rc=${PIPESTATUS[0]}
+  tally=$(grep -ao 'calibration: [0-9]* measured.*' "$out/calibration.txt" | tail -1)
+  case $rc in
+  0) result gpusim-calibration INFO ;; # the table above is for a person to read
+  1) result gpusim-calibration "FAIL (some points failed to run: ${tally#calibration: }; logs in $out/calibration)" ;;
+  *) result gpusim-calibration "FAIL (rc $rc; logs in $out/calibration)" ;;
+  esac
 fi
 echo "SUMMARY: $fails check(s) failed in $(( $(date +%s) - start )) s; log in $log"
 [ "$fails" -eq 0 ]
