@@ -151,7 +151,7 @@ func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte
 	preload := filepath.Join(c.Control.Dir, PreloadFile)
 	// muxd creates the node's GPU signal page at start; an older one has none.
 	var signal string
-	if sp := filepath.Join(p.Node.RunDir, ctlblock.SignalFile); regularFile(sp) {
+	if sp := ctlblock.SignalPagePath(p.Node.RunDir); regularFile(sp) {
 		signal = sp
 	}
 	mods, err := wiring.Plan{Container: c, Policy: p, HookBinary: req.HookBinary, Preload: preload, Signal: signal}.Modifiers()

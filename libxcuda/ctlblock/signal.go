@@ -3,6 +3,7 @@ package ctlblock
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,10 +14,11 @@ import (
 // slot per GPU, indexed by NVML index. Online processes' libxcuda stores "online work
 // launched at T" (CLOCK_MONOTONIC ns) in their GPUs' slots and 0 when it is done;
 // offline processes' libxcuda holds launches, within their hold budget, while a slot is
-// recent. muxd creates the file (root, 0644) and the hook mounts it read-write into
-// online containers and read-only into offline ones. Every online container can write
-// every slot, so nothing read from the page is trusted: libxcuda bounds what it costs an
-// offline container by the hold budget in that container's own limits page.
+// recent. muxd creates the file (see SignalPagePath) and the runtime mounts it read-write
+// into online containers and read-only into offline ones (a read-only mount also keeps
+// them from truncating it). Every online container can write every slot, so nothing read
+// from the page is trusted: libxcuda bounds what it costs an offline container by the
+// hold budget in that container's own limits page.
 type SignalPage struct {
 	path string
 
@@ -25,13 +27,22 @@ type SignalPage struct {
 	sig *rawSignal
 }
 
-// OpenSignalPage opens the signal page at path, creating it (mode 0644) when it is
-// missing. An existing file is kept (running processes have it mapped); a header that
-// is not a signal page's is rewritten in place. A symlink or a non-regular file is
-// refused.
-func OpenSignalPage(path string) (*SignalPage, error) {
+// SignalDir is the directory of the signal page under muxd's run directory.
+const SignalDir = "gpu"
+
+// SignalPagePath is where muxd keeps the node's signal page: <runDir>/gpu/signal. The
+// directory is root's, mode 0700, so that no host user can reach the page; the page itself
+// is mode 0666 so that an online container's processes can publish whatever user they run
+// as (they reach it only through their bind mount).
+func SignalPagePath(runDir string) string { return filepath.Join(runDir, SignalDir, SignalFile) }
+
+// OpenSignalPage opens the signal page at path, creating it with mode when it is
+// missing (and setting mode on an existing one). An existing file is kept (running
+// processes have it mapped); a header that is not a signal page's is rewritten in place.
+// A symlink or a non-regular file is refused.
+func OpenSignalPage(path string, mode os.FileMode) (*SignalPage, error) {
 	size := int(unsafe.Sizeof(rawSignal{}))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, mode)
 	if err != nil {
 		return nil, fmt.Errorf("open GPU signal page: %w", err)
 	}
@@ -48,7 +59,7 @@ func OpenSignalPage(path string) (*SignalPage, error) {
 			return nil, fmt.Errorf("size GPU signal page %s: %w", path, err)
 		}
 	}
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(mode); err != nil {
 		return nil, fmt.Errorf("chmod GPU signal page %s: %w", path, err)
 	}
 	mem, err := mapFile(f, size)

@@ -23,7 +23,7 @@ func monoNS() uint64 {
 
 func signalPage(t *testing.T) *ctlblock.SignalPage {
 	t.Helper()
-	s, err := ctlblock.OpenSignalPage(filepath.Join(t.TempDir(), ctlblock.SignalFile))
+	s, err := ctlblock.OpenSignalPage(filepath.Join(t.TempDir(), ctlblock.SignalFile), 0o666)
 	if err != nil {
 		t.Fatal(err)
 	}

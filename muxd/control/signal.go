@@ -1,6 +1,8 @@
 package control
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -10,19 +12,28 @@ import (
 )
 
 // Online-aware gating (issue 14): muxd creates one GPU signal page per node
-// (<run_dir>/signal, one slot per GPU; see ctlblock.SignalPage), the runtime mounts it
+// (<run_dir>/gpu/signal, one slot per GPU; see ctlblock.SignalPage), the runtime mounts it
 // read-write into online containers and read-only into offline ones, and each
 // container's limits page says which slots are its GPUs and what its libxcuda does with
 // them: online processes publish their pending work, offline ones hold their launches
 // while there is some, within the hold budget of policy [hold].
 
-// SignalPath is the node's GPU signal page under muxd's run directory.
-func SignalPath(runDir string) string { return filepath.Join(runDir, ctlblock.SignalFile) }
-
-// EnsureSignalPage creates the node's GPU signal page, or keeps the one running
-// processes have mapped (a header that is not a signal page's is rewritten in place).
+// EnsureSignalPage creates the node's GPU signal page (ctlblock.SignalPagePath: a 0666
+// file in a 0700 directory), or keeps the one running processes have mapped (a header
+// that is not a signal page's is rewritten in place).
 func (m *Manager) EnsureSignalPage() error {
-	s, err := ctlblock.OpenSignalPage(SignalPath(filepath.Dir(m.root)))
+	path := ctlblock.SignalPagePath(filepath.Dir(m.root))
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create GPU signal directory: %w", err)
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("GPU signal directory %s is not a directory (a symlink is refused)", dir)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("restrict GPU signal directory: %w", err)
+	}
+	s, err := ctlblock.OpenSignalPage(path, 0o666)
 	if err != nil {
 		return err
 	}

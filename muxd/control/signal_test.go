@@ -68,8 +68,11 @@ func TestEnsureWritesSignal(t *testing.T) {
 	if err := m.EnsureSignalPage(); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := os.Stat(filepath.Join(run, ctlblock.SignalFile)); err != nil || st.Mode().Perm() != 0o644 {
+	if st, err := os.Stat(filepath.Join(run, "gpu", ctlblock.SignalFile)); err != nil || st.Mode().Perm() != 0o666 {
 		t.Fatalf("signal page: %v %v", st, err)
+	}
+	if st, err := os.Stat(filepath.Join(run, "gpu")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("signal directory: %v %v", st, err)
 	}
 	if err := m.EnsureSignalPage(); err != nil { // again: kept
 		t.Fatal(err)
