@@ -145,6 +145,8 @@ static unsigned max_inflight(void)
     unsigned m = XC_LOAD(&xc.lim->max_inflight);
     if (m == 0)
         m = XCUDA_DEFAULT_MAX_INFLIGHT;
+    if (m > 1 && xc_signal_online_recent(xc_now_mono_ns()))
+        m = 1; /* online is active on this GPU: queue as little as possible */
     return m > XCUDA_MAX_INFLIGHT_CAP ? XCUDA_MAX_INFLIGHT_CAP : m;
 }
 

@@ -33,6 +33,8 @@ struct xc_sig xc_sig;
  * held in it (all threads; two threads holding together use it up twice as
  * fast, which only errs towards offline progress). */
 static uint64_t hold_period_start, hold_used;
+/* When this process last saw online work published (CLOCK_MONOTONIC ns). */
+static uint64_t online_seen;
 
 #define HOLD_POLL_NS 50000ull /* re-check the signal every 50 us while holding */
 
@@ -145,6 +147,7 @@ static void hold(void)
     uint64_t now = xc_now_mono_ns();
     if (!any_busy(now, window))
         return;
+    XC_STORE(&online_seen, now);
     uint64_t period = clamp_u64(XC_LOAD(&l->hold_period_ns), XCUDA_DEFAULT_HOLD_PERIOD_NS,
                                 XCUDA_HOLD_PERIOD_MIN_NS, XCUDA_HOLD_PERIOD_MAX_NS);
     uint64_t bp = clamp_u64(XC_LOAD(&l->hold_max_bp), XCUDA_DEFAULT_HOLD_MAX_BP, 0,
@@ -174,6 +177,13 @@ static void hold(void)
     XC_ADD(&xc.use->throttled_ns, held);
     if (xc.me)
         XC_ADD(&xc.me->throttled_ns, held);
+}
+
+int xc_signal_online_recent(uint64_t now)
+{
+    uint64_t seen = XC_LOAD(&online_seen);
+    return xc_sig.n != 0 && !xc_sig.pub && seen != 0 && now >= seen &&
+           now - seen < XCUDA_SHRINK_NS;
 }
 
 void xc_signal_launch(void)

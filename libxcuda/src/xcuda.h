@@ -248,6 +248,11 @@ void xc_signal_init(const char *path);
 /* Launch slow path: publish (online), or hold while online work is published,
  * within the hold budget (offline). */
 void xc_signal_launch(void);
+/* Offline: online work was published within XCUDA_SHRINK_NS of now; a throttled
+ * offline process then keeps a single measured launch in flight, so that little of
+ * its work is queued ahead of the next online request. */
+#define XCUDA_SHRINK_NS 100000000ull
+int xc_signal_online_recent(uint64_t now);
 /* Online: a synchronisation returned, or the process exits: nothing pending. */
 void xc_signal_idle(void);
 
