@@ -210,6 +210,7 @@ func (m *Manager) Remove(id string) error {
 	m.mu.Unlock()
 	var errs []error
 	if b != nil {
+		m.clearOnlineSlots(b.Limits().Signal)
 		errs = append(errs, b.Close())
 	}
 	if err := os.RemoveAll(m.Paths(id).Dir); err != nil {

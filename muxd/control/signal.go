@@ -112,3 +112,28 @@ func SignalSlots(list []string, gpus []api.GPU) uint64 {
 	}
 	return mask
 }
+
+// clearOnlineSlots clears the signal slots of an online container that is gone. Its
+// processes clear them when they synchronise and when they exit, but one killed with
+// SIGKILL leaves its slot set: offline work on that GPU would then hold until the slot
+// went stale, and take the slow path on every launch after that. Another online process
+// still running on the GPU sets its slot again at its next launch.
+func (m *Manager) clearOnlineSlots(s ctlblock.Signal) {
+	if s.Role != ctlblock.SignalPublish || s.GPUs == 0 {
+		return
+	}
+	path := ctlblock.SignalPagePath(filepath.Dir(m.root))
+	if _, err := os.Lstat(path); err != nil {
+		return
+	}
+	page, err := ctlblock.OpenSignalPage(path, 0o666)
+	if err != nil {
+		return
+	}
+	defer page.Close()
+	for i := range ctlblock.SignalSlots {
+		if s.GPUs&(1<<uint(i)) != 0 {
+			page.SetOnline(i, 0)
+		}
+	}
+}

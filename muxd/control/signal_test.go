@@ -95,4 +95,23 @@ func TestEnsureWritesSignal(t *testing.T) {
 		t.Errorf("a limits update lost the signal settings: %+v", b.Limits().Signal)
 	}
 	m.Remove("off1")
+
+	// An online container killed with its slot set: removing it clears the slot.
+	page, err := ctlblock.OpenSignalPage(ctlblock.SignalPagePath(run), 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close()
+	on := api.Container{RegisterRequest: api.RegisterRequest{ID: "on1", Class: api.Online, GPUs: []string{"2"}}}
+	if err := m.Ensure(on, policy.Default()); err != nil {
+		t.Fatal(err)
+	}
+	page.SetOnline(2, 12345)
+	page.SetOnline(5, 777) // another GPU's: untouched
+	if err := m.Remove("on1"); err != nil {
+		t.Fatal(err)
+	}
+	if page.Online(2) != 0 || page.Online(5) != 777 {
+		t.Errorf("after removing the online container: slot 2 = %d (want 0), slot 5 = %d (want 777)", page.Online(2), page.Online(5))
+	}
 }
