@@ -189,7 +189,11 @@ CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t)
 {
     t->tracked = 0;
     int checked_capture = 0;
-    for (;;) {
+    for (int iter = 0;; iter++) {
+        /* After a wait here, online work may have started on the GPU: hold for it
+         * again (the launch wrapper checked once before coming here). */
+        if (iter > 0 && !xc_sig.pub)
+            xc_signal_launch();
         if (atomic_load_explicit(&xc_stopping, memory_order_acquire)) {
             /* Draining after SIGINT/SIGTERM: nothing new starts. */
             wait_ns(1000000);
