@@ -396,8 +396,9 @@ func TestStatsAgreeWithWhatRan(t *testing.T) {
 		t.Errorf("NVML utilisation device %.0f%% process %.0f%%, want equal and well above 0", st[0].Util, ps.Util)
 	}
 	// SM activity is utilisation scaled by the share of SMs the kernels held
-	// (33 blocks: one on each of 33 SMs)
-	if want := 33.0 / 132; math.Abs(st[0].SMActivity/(st[0].Util/100)-want) > 0.02 {
+	// (33 blocks: one on each of 33 SMs; a little less in the tail of each
+	// kernel, when the faster SMs have finished)
+	if want, got := 33.0/132, st[0].SMActivity/(st[0].Util/100); got < want-0.04 || got > want+0.01 {
 		t.Errorf("SM activity %.3f at %.0f%% utilisation, want %.2f of it (33 of 132 SMs)", st[0].SMActivity, st[0].Util, want)
 	}
 }

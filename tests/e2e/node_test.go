@@ -439,7 +439,7 @@ func TestStickyErrorSpreadThroughMPSIsHandled(t *testing.T) {
 		t.Errorf("the online process saw no error, so the test proves nothing: %s", on.out.String())
 	}
 	data, _ := os.ReadFile(filepath.Join(n.dir, "muxd.log"))
-	if !strings.Contains(string(data), `"msg":"a container's GPU context died","part":"guard","id":"svc"`) {
+	if !strings.Contains(string(data), `"msg":"a container reports its GPU context died","part":"guard","id":"svc"`) {
 		t.Errorf("muxd did not attribute the online container's error:\n%s", tail(string(data), 20))
 	}
 }
