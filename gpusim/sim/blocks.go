@@ -287,8 +287,7 @@ func (d *Device) place(k *op, quota int) {
 	}
 	cand = cand[:n]
 	if quota < sms {
-		d.placeThin(k, cand, quota)
-		quota = 0
+		quota = d.placeThin(k, cand, quota) // what could not be placed stays pending
 		return
 	}
 	for quota > 0 && len(cand) > 0 {
@@ -462,8 +461,8 @@ func memContention(kern []*op, copies int, demand float64) float64 {
 // placeThin puts quota blocks, fewer than the candidate SMs, one to an SM:
 // on the emptiest SMs first and, among SMs equally full, on every jitter
 // class in proportion to its size, so that a small kernel meets slow and
-// fast SMs alike; lock held.
-func (d *Device) placeThin(k *op, cand []slot, quota int) {
+// fast SMs alike; lock held. It returns how many blocks it could not place.
+func (d *Device) placeThin(k *op, cand []slot, quota int) int {
 	for i := 0; i < len(cand) && quota > 0; {
 		// the level: candidates as full as cand[i] (and as held)
 		j, level := i, 0
@@ -506,4 +505,5 @@ func (d *Device) placeThin(k *op, cand []slot, quota int) {
 		}
 		i = j
 	}
+	return quota
 }
