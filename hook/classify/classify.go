@@ -6,11 +6,10 @@ package classify
 import (
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/policy"
+	"github.com/muxflow/muxflow/policy/annotations"
 )
 
 // maxAnnotationLen bounds class and limit annotation values; real ones are a few bytes.
@@ -18,14 +17,9 @@ const maxAnnotationLen = 64
 
 // AnnotationError is a class or limit annotation that policy does not accept. Its message
 // is one sentence that names the annotation, meant for the person creating the container.
-type AnnotationError struct {
-	Key    string
-	Reason string
-}
-
-func (e *AnnotationError) Error() string {
-	return fmt.Sprintf("muxflow: annotation %s: %s", e.Key, e.Reason)
-}
+// It is the one error type of package annotations, which parses these values for the node
+// and the scheduler extender alike.
+type AnnotationError = annotations.Error
 
 // Classify reads a GPU container's class and limits from its annotations. A missing class
 // annotation means the policy's default class; missing limits mean the class defaults (0).
@@ -35,11 +29,11 @@ func Classify(ann map[string]string, p *policy.Policy) (api.Class, api.Limits, e
 	rules := p.Classify
 	class := api.Class(rules.Default)
 	if v, ok := ann[rules.ClassAnnotation]; ok {
-		c, err := api.ParseClass(strings.TrimSpace(v))
-		if err != nil || len(v) > maxAnnotationLen {
-			return "", lim, &AnnotationError{rules.ClassAnnotation, fmt.Sprintf("%q is not online or offline", truncate(v))}
+		c, err := annotations.ParseClass(rules.ClassAnnotation, v)
+		if err != nil {
+			return "", lim, err
 		}
-		class = c
+		class = api.Class(c)
 	}
 	bounds, ok := p.ClassLimits(string(class))
 	if !ok {
@@ -49,20 +43,23 @@ func Classify(ann map[string]string, p *policy.Policy) (api.Class, api.Limits, e
 		if len(v) > maxAnnotationLen {
 			return "", lim, &AnnotationError{rules.MemoryAnnotation, fmt.Sprintf("value is %d bytes long, not a size like \"8GiB\"", len(v))}
 		}
-		b, err := policy.ParseBytes(v)
-		if err != nil || b == 0 {
-			return "", lim, &AnnotationError{rules.MemoryAnnotation, fmt.Sprintf("%q is not a size above zero like \"8GiB\"", truncate(v))}
+		n, err := annotations.ParseMemory(rules.MemoryAnnotation, v)
+		if err != nil {
+			return "", lim, err
 		}
+		if n == 0 {
+			return "", lim, &AnnotationError{rules.MemoryAnnotation, fmt.Sprintf("%q is not a size above zero like \"8Gi\" or \"20GB\"", truncate(v))}
+		}
+		b := policy.Bytes(n)
 		if bounds.MemoryLimit != 0 && b > bounds.MemoryLimit {
 			return "", lim, &AnnotationError{rules.MemoryAnnotation, fmt.Sprintf("%v is above the %s class limit of %v", b, class, bounds.MemoryLimit)}
 		}
 		lim.GPUMemory = uint64(b)
 	}
 	if v, ok := ann[rules.SMAnnotation]; ok {
-		s := strings.TrimSuffix(strings.TrimSpace(v), "%")
-		n, err := strconv.Atoi(s)
-		if err != nil || len(v) > maxAnnotationLen || n < 1 || n > 100 {
-			return "", lim, &AnnotationError{rules.SMAnnotation, fmt.Sprintf("%q is not a whole percentage between 1 and 100", truncate(v))}
+		n, err := annotations.ParseSMPercent(rules.SMAnnotation, v)
+		if err != nil {
+			return "", lim, err
 		}
 		lo, hi := int(math.Ceil(float64(bounds.SMMin))), int(math.Floor(float64(bounds.SMMax)))
 		if n < lo || n > hi {

@@ -11,10 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,14 +23,16 @@ import (
 
 	"github.com/muxflow/muxflow/matcher/plan"
 	"github.com/muxflow/muxflow/matcher/profile"
+	"github.com/muxflow/muxflow/policy/annotations"
 )
 
-// Pod annotations the extender reads (DESIGN.md §4, Kubernetes surface).
+// Pod annotations the extender reads (DESIGN.md §4, Kubernetes surface); package
+// annotations names and parses them for the node too.
 const (
-	AnnotationClass     = "muxflow.io/class"
-	AnnotationProfile   = "muxflow.io/profile"
-	AnnotationGPUMemory = "muxflow.io/gpu-memory"
-	AnnotationGPUType   = "muxflow.io/gpu-type"
+	AnnotationClass     = annotations.Class
+	AnnotationProfile   = annotations.Profile
+	AnnotationGPUMemory = annotations.GPUMemory
+	AnnotationGPUType   = annotations.GPUType
 )
 
 // maxBody bounds request bodies: a NodeList of 5,000 nodes is a few MB.
@@ -199,7 +199,11 @@ func candidateNames(args *extenderv1.ExtenderArgs) []string {
 // jobOf reads an offline pod's job description from its annotations; ok is
 // false for pods that are not offline.
 func jobOf(pod *corev1.Pod) (plan.Job, bool, error) {
-	if pod.Annotations[AnnotationClass] != "offline" {
+	if raw, ok := pod.Annotations[AnnotationClass]; !ok {
+		return plan.Job{}, false, nil
+	} else if c, err := annotations.ParseClass(AnnotationClass, raw); err != nil {
+		return plan.Job{}, false, err
+	} else if c != "offline" {
 		return plan.Job{}, false, nil
 	}
 	j := plan.Job{ID: pod.Namespace + "/" + pod.Name}
@@ -213,40 +217,28 @@ func jobOf(pod *corev1.Pod) (plan.Job, bool, error) {
 	if raw, ok := pod.Annotations[AnnotationGPUMemory]; ok {
 		mib, err := ParseMiB(raw)
 		if err != nil {
-			return j, true, fmt.Errorf("annotation %s: %w", AnnotationGPUMemory, err)
+			return j, true, err
 		}
 		j.MemoryMiB = mib
 	}
-	if raw := strings.TrimSpace(pod.Annotations[AnnotationGPUType]); raw != "" {
-		for _, t := range strings.Split(raw, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				j.GPUTypes = append(j.GPUTypes, t)
-			}
+	if raw, ok := pod.Annotations[AnnotationGPUType]; ok {
+		ts, err := annotations.ParseGPUTypes(AnnotationGPUType, raw)
+		if err != nil {
+			return j, true, err
 		}
+		j.GPUTypes = ts
 	}
 	return j, true, j.Validate()
 }
 
-// ParseMiB reads a memory size as people write it ("8GiB", "512MiB",
-// "1.5GiB", or a bare number of MiB).
+// ParseMiB reads a muxflow.io/gpu-memory value in MiB, as the node reads it
+// (annotations.ParseMemory: "8Gi", "8GiB", "20GB"; a unit is required).
 func ParseMiB(s string) (float64, error) {
-	s = strings.TrimSpace(s)
-	units := []struct {
-		suffix string
-		mib    float64
-	}{{"TiB", 1 << 20}, {"GiB", 1024}, {"MiB", 1}, {"Ti", 1 << 20}, {"Gi", 1024}, {"Mi", 1}}
-	mult := 1.0
-	for _, u := range units {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mib
-			break
-		}
+	b, err := annotations.ParseMemory(AnnotationGPUMemory, s)
+	if err != nil {
+		return 0, err
 	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-		return 0, fmt.Errorf("%q is not a memory size like 8GiB or 512MiB", s)
-	}
-	return v * mult, nil
+	return float64(b) / (1 << 20), nil
 }
 
 func (s *Server) filter(w http.ResponseWriter, r *http.Request) {

@@ -164,7 +164,7 @@ func TestFilterRejectsBadRequests(t *testing.T) {
 		{"no nodes", `{"Pod":{"metadata":{"name":"p"}}}`, "without candidate nodes"},
 		{"bad profile", strings.Replace(cachedBody, `\"gpu_util\":60`, `\"gpu_util\":600`, 1), "gpu_util"},
 		{"unknown profile field", strings.Replace(cachedBody, `\"gpu_util\":60`, `\"gpu_utilisation\":60`, 1), "unknown field"},
-		{"bad memory", strings.Replace(filterBody, `"8GiB"`, `"lots"`, 1), "memory size"},
+		{"bad memory", strings.Replace(filterBody, `"8GiB"`, `"lots"`, 1), "annotation muxflow.io/gpu-memory: \"lots\" is not a size"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,7 +245,8 @@ func TestParseMiB(t *testing.T) {
 		ok   bool
 	}{
 		{"8GiB", 8192, true}, {"512MiB", 512, true}, {"1.5GiB", 1536, true}, {"16Gi", 16384, true},
-		{"2048", 2048, true}, {"1TiB", 1 << 20, true}, {"-1GiB", 0, false}, {"GiB", 0, false}, {"8GB", 0, false},
+		{"2048", 0, false}, {"1TiB", 1 << 20, true}, {"-1GiB", 0, false}, {"GiB", 0, false},
+		{"8GB", 8e9 / (1 << 20), true}, {"0", 0, true},
 	}
 	for _, tc := range tests {
 		got, err := ParseMiB(tc.in)
