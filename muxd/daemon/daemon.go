@@ -313,6 +313,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if d.mon != nil {
 			d.mon.Close()
 		}
+		d.stopMPSIfIdle()
 	}()
 	spawn := func(f func()) {
 		wg.Add(1)
@@ -378,6 +379,55 @@ loop:
 		_ = msrv.Shutdown(sctx)
 	}
 	return runErr
+}
+
+// stopMPSIfIdle runs when muxd stops. The supervisor leaves the MPS control daemon
+// running (KeepOnExit) so that GPU work survives a restart or upgrade of muxd; here muxd
+// quits it after all when nothing would notice: no MPS server has a client and no GPU
+// container is registered as running. Otherwise it is left for the next muxd to adopt,
+// and the log says why. A client can only lose its MPS server to this if it connects in
+// the moment between the check and the quit.
+func (d *Daemon) stopMPSIfIdle() {
+	if d.mps == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	log := d.log.With("part", "mps")
+	running := 0
+	for _, c := range d.reg.List() {
+		if c.State == api.StateRunning {
+			running++
+		}
+	}
+	ctl := d.mps.Control
+	servers, err := ctl.ServerList(ctx)
+	if errors.Is(err, mps.ErrNotRunning) {
+		return
+	}
+	if err != nil {
+		log.Warn("leaving the MPS control daemon running: cannot list its servers", "err", err)
+		return
+	}
+	clients := 0
+	for _, s := range servers {
+		pids, err := ctl.ClientList(ctx, s)
+		if err != nil {
+			log.Warn("leaving the MPS control daemon running: cannot list a server's clients", "server", s, "err", err)
+			return
+		}
+		clients += len(pids)
+	}
+	if clients > 0 || running > 0 {
+		log.Info("leaving the MPS control daemon running for the next muxd: GPU work is using it",
+			"clients", clients, "running_containers", running)
+		return
+	}
+	if err := ctl.Quit(ctx); err != nil {
+		log.Warn("cannot stop the idle MPS control daemon", "err", err)
+		return
+	}
+	log.Info("stopped the MPS control daemon: no client and no running GPU container")
 }
 
 // watchExit has the container unregistered when its process exits.

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,16 +30,20 @@ const usage = `muxctl — operate a muxflow node.
 Usage:
   muxctl status [-o table|json]            node, GPUs and containers
   muxctl events [-o table|json]            GPU health transitions and faults, and why
-  muxctl runtime configure --runtime=containerd|docker [--config PATH] [--dry-run] [--remove]
-                                           add (or remove) the muxflow runtime in containerd's
-                                           or Docker's configuration; prints the restart it needs
+  muxctl runtime configure --runtime=containerd|docker|crio [--config PATH] [--dry-run] [--remove]
+                         [--set-as-default] [--chain nvidia-container-runtime]
+                                           add (or remove) the muxflow runtime in containerd's,
+                                           Docker's or CRI-O's configuration; prints the restart
+                                           it needs (see muxctl runtime configure --help)
   muxctl policy check FILE                 validate a policy file (exit 1 if invalid)
   muxctl policy show                       the policy muxd runs with
   muxctl policy reload                     make muxd re-read its policy file
   muxctl version                           print the version
 
 Global flags (before the command):
-  --socket PATH   muxd's API socket (default /run/muxflow/muxd.sock)
+  --policy FILE   the policy muxd runs with, for its [node] socket (default
+                  /etc/muxflow/policy.toml; without that file, /run/muxflow/muxd.sock)
+  --socket PATH   muxd's API socket; overrides the policy's
   --timeout DUR   bound on each API call (default 5s)
 `
 
@@ -46,7 +51,8 @@ Global flags (before the command):
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("muxctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	socket := fs.String("socket", api.DefaultSocket, "muxd's API socket")
+	policyPath := fs.String("policy", policy.DefaultPath, "the policy muxd runs with (for its [node] socket)")
+	socket := fs.String("socket", "", "muxd's API socket (default: the policy's [node] socket)")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on each API call")
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	if err := fs.Parse(args); err != nil {
@@ -57,17 +63,33 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return fmt.Errorf("%w: no command given", ErrUsage)
 	}
-	cl := func() *client.Client { return client.New(*socket, *timeout) }
+	policySet := false
+	fs.Visit(func(f *flag.Flag) { policySet = policySet || f.Name == "policy" })
+	cl := func() (*client.Client, error) {
+		sock, err := socketPath(*socket, *policyPath, policySet)
+		if err != nil {
+			return nil, err
+		}
+		return client.New(sock, *timeout), nil
+	}
 	switch rest[0] {
 	case "version":
 		fmt.Fprintln(stdout, "muxctl", buildinfo.Version)
 		return nil
 	case "status":
-		return status(ctx, cl(), rest[1:], stdout, stderr)
+		c, err := cl()
+		if err != nil {
+			return err
+		}
+		return status(ctx, c, rest[1:], stdout, stderr)
 	case "policy":
 		return policyCmd(ctx, cl, rest[1:], stdout)
 	case "events":
-		return events(ctx, cl(), rest[1:], stdout, stderr)
+		c, err := cl()
+		if err != nil {
+			return err
+		}
+		return events(ctx, c, rest[1:], stdout, stderr)
 	case "runtime":
 		if len(rest) < 2 || rest[1] != "configure" {
 			return fmt.Errorf("%w: runtime needs the configure command", ErrUsage)
@@ -81,7 +103,24 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("%w: unknown command %q", ErrUsage, rest[0])
 }
 
-func policyCmd(ctx context.Context, cl func() *client.Client, args []string, stdout io.Writer) error {
+// socketPath is muxd's API socket: --socket when given, else the policy's [node] socket.
+// The default policy file may be missing (muxd then runs with the embedded default); a
+// policy named with --policy must load.
+func socketPath(socket, policyPath string, policySet bool) (string, error) {
+	if socket != "" {
+		return socket, nil
+	}
+	p, err := policy.Load(policyPath)
+	if err != nil {
+		if !policySet && errors.Is(err, os.ErrNotExist) {
+			return api.DefaultSocket, nil
+		}
+		return "", fmt.Errorf("find muxd's socket: %w (or give --socket)", err)
+	}
+	return p.Node.Socket, nil
+}
+
+func policyCmd(ctx context.Context, cl func() (*client.Client, error), args []string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("%w: policy needs check FILE, show or reload", ErrUsage)
 	}
@@ -96,14 +135,22 @@ func policyCmd(ctx context.Context, cl func() *client.Client, args []string, std
 		fmt.Fprintf(stdout, "%s: valid\n", args[1])
 		return nil
 	case "show":
-		p, err := cl().Policy(ctx)
+		c, err := cl()
+		if err != nil {
+			return err
+		}
+		p, err := c.Policy(ctx)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "# source: %s, loaded %s\n%s", p.Source, p.Loaded.Format(time.RFC3339), p.TOML)
 		return nil
 	case "reload":
-		p, err := cl().ReloadPolicy(ctx)
+		c, err := cl()
+		if err != nil {
+			return err
+		}
+		p, err := c.ReloadPolicy(ctx)
 		if err != nil {
 			return err
 		}
@@ -165,8 +212,8 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 			ceiling += fmt.Sprintf(" split by %d", g.OfflineContainers)
 		}
 		var why []string
-		if g.HealthReason != "" {
-			why = append(why, "health: "+g.HealthReason)
+		if r := healthWhy(g, now); r != "" {
+			why = append(why, r)
 		}
 		if g.CeilingReason != "" {
 			r := "ceiling " + g.CeilingReason
@@ -226,6 +273,25 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		fmt.Fprintln(tw, "(none)")
 	}
 	return tw.Flush()
+}
+
+// healthFresh is how long the reason for a healthy GPU's last health change stays in the
+// WHY column: a GPU that is not healthy always shows why, a healthy one only shortly
+// after it became so (a recovery), not "monitor started" for the rest of muxd's life.
+const healthFresh = time.Minute
+
+func healthWhy(g api.GPU, now time.Time) string {
+	if g.HealthReason == "" {
+		return ""
+	}
+	age := ""
+	if !g.HealthSince.IsZero() {
+		if g.Health == "healthy" && now.Sub(g.HealthSince) > healthFresh {
+			return ""
+		}
+		age = fmt.Sprintf(" (%s ago)", now.Sub(g.HealthSince).Truncate(time.Second))
+	}
+	return "health: " + g.HealthReason + age
 }
 
 func events(ctx context.Context, c *client.Client, args []string, stdout, stderr io.Writer) error {

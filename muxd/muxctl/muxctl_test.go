@@ -86,6 +86,18 @@ func TestStatusAgainstRealMuxd(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &st); err != nil || len(st.Containers) != 1 || st.Node.Containers != 1 {
 		t.Errorf("json status: %v %s", err, out.String())
 	}
+	// Without --socket, muxctl finds the socket in the policy named with --policy.
+	out.Reset()
+	if err := Main(ctx, []string{"--policy", pol, "status"}, &out, &out); err != nil || !strings.Contains(out.String(), "svc-a") {
+		t.Errorf("status --policy %s: %v\n%s", pol, err, out.String())
+	}
+	// --socket overrides the policy; a --policy that cannot be read is an error.
+	if err := Main(ctx, []string{"--policy", pol, "--socket", filepath.Join(dir, "nope.sock"), "status"}, &out, &out); err == nil {
+		t.Error("--socket did not override the policy's socket")
+	}
+	if err := Main(ctx, []string{"--policy", filepath.Join(dir, "missing.toml"), "status"}, &out, &out); err == nil || !strings.Contains(err.Error(), "missing.toml") {
+		t.Errorf("a missing --policy file: %v", err)
+	}
 	err := Main(ctx, []string{"--socket", filepath.Join(dir, "nope.sock"), "status"}, &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "not reachable") {
 		t.Errorf("muxd down: %v", err)
@@ -143,6 +155,27 @@ func TestStatusShowsCeilings(t *testing.T) {
 		`"ceiling":{"percent":20,"own":20,"part":40,"mps_thread_percent":20,"bound_by":"own sm-percent"}`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("JSON lacks %s: %s", want, data)
+		}
+	}
+}
+
+func TestStatusHealthReasonFades(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	st := Status{Node: api.NodeInfo{Hostname: "n1", Started: now.Add(-time.Hour)}, GPUs: []api.GPU{
+		{Index: 0, UUID: "GPU-a", Health: "healthy", HealthReason: "monitor started", HealthSince: now.Add(-10 * time.Minute)},
+		{Index: 1, UUID: "GPU-b", Health: "healthy", HealthReason: "recovered after 30s", HealthSince: now.Add(-5 * time.Second)},
+		{Index: 2, UUID: "GPU-c", Health: "throttled", HealthReason: "temperature 85C", HealthSince: now.Add(-10 * time.Minute)},
+	}}
+	var out bytes.Buffer
+	if err := writeStatus(&out, st, now); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "monitor started") {
+		t.Errorf("a healthy GPU still shows why it became healthy ten minutes ago:\n%s", out.String())
+	}
+	for _, want := range []string{"health: recovered after 30s (5s ago)", "health: temperature 85C (10m0s ago)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}
 	}
 }
