@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// Config holds the sampling period and the health thresholds. The lead maps
-// the TOML policy onto it; DefaultConfig gives values that are safe on every
-// datacenter GPU from T4 to H200. A zero threshold disables that check
+// Config holds the sampling period and the health thresholds. muxd maps the
+// TOML policy onto it (monitorConfig in muxd/daemon/gpus.go); DefaultConfig
+// gives values that are safe on every datacenter GPU from T4 to H200. A zero threshold disables that check
 // (documented per field); periods and durations must be positive.
 type Config struct {
 	// Period between two samples of every GPU. NVML refreshes utilisation

@@ -124,13 +124,6 @@ func threadPercent(c api.Container, p *policy.Policy) int {
 	return max(1, int(math.Floor(float64(b.SMMax))))
 }
 
-func boolEnv(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
 // PreloadContents is the ld.so.preload that loads libxcuda, followed by the image's own
 // entries (so that wiring a container keeps whatever the image preloaded).
 func PreloadContents(image string) string {

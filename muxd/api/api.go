@@ -1,11 +1,14 @@
 // Package api defines the wire types of muxd's HTTP/JSON API (served on a unix socket under
 // the versioned prefix /v1) and the validation rules every request passes through. It is
-// shared by muxd, muxctl, the OCI hook and muxmatch so that all of them agree on one schema.
+// shared by muxd, muxctl, muxflow-wrapper and muxmatch so that all of them agree on one
+// schema. muxflow-runtime and muxflow-hook (C, hook/native) speak the runtime endpoints
+// without this package; docs/architecture.md describes the whole API.
 //
-// Endpoints:
+// Endpoints (registered in muxd/daemon/server.go and muxd/daemon/runtime.go):
 //
 //	GET    /v1/node                      NodeReport
 //	GET    /v1/gpus                      []GPU
+//	GET    /v1/events                    []monitor.Event
 //	GET    /v1/containers                []Container
 //	POST   /v1/containers                RegisterRequest   -> Container (201; 200 if identical)
 //	GET    /v1/containers/{id}           Container
@@ -13,6 +16,8 @@
 //	DELETE /v1/containers/{id}                             -> 204
 //	GET    /v1/policy                    PolicyInfo
 //	POST   /v1/policy/reload                               -> PolicyInfo
+//	POST   /v1/runtime/create?id=&bundle=[&hook=]  config.json -> 204, or 200 + the wired config.json
+//	POST   /v1/runtime/hooks/{hook}      OCI state (create-runtime, poststop) -> 204
 //
 // Request bodies are read by DecodeStrict: exact-case keys, no unknown or repeated key,
 // valid UTF-8, one value. Names (namespace, pod) must be printable. Errors are returned as
@@ -60,7 +65,8 @@ type ContainerState string
 const (
 	// StateCreated: the runtime registered it at create time; no process yet.
 	StateCreated ContainerState = "created"
-	// StateRunning: the hook reported its host pid.
+	// StateRunning: its host pid was reported (by muxflow-runtime's reporter, the
+	// createRuntime hook, or POST /v1/containers/{id}/start).
 	StateRunning ContainerState = "running"
 )
 
@@ -91,7 +97,8 @@ type RegisterRequest struct {
 	Pod string `json:"pod,omitempty"`
 }
 
-// StartRequest is sent by the OCI hook once the container's init process exists.
+// StartRequest reports a container's host pid once its init process exists (POST
+// /v1/containers/{id}/start; the runtime endpoints carry the same fact in the OCI state).
 type StartRequest struct {
 	// PID is the container's init process as seen from the host. Required, > 1: it must
 	// be a live process that is not muxd, an ancestor of muxd or a kernel thread.
@@ -242,8 +249,8 @@ type Error struct {
 // MaxIDLen bounds container ids; containerd and runc ids are far shorter in practice.
 const MaxIDLen = 128
 
-// The validators below are written out rather than as regexps: the OCI hook links this
-// package, and compiling regexps at start-up is a measurable part of every container start.
+// The validators below are written out rather than as regexps: muxflow-wrapper links this
+// package, and compiling regexps at start-up would be paid on every container start it handles.
 
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
