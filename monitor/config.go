@@ -8,8 +8,9 @@ import (
 
 // Config holds the sampling period and the health thresholds. muxd maps the
 // TOML policy onto it (monitorConfig in muxd/daemon/gpus.go); DefaultConfig
-// gives values that are safe on every datacenter GPU from T4 to H200. A zero threshold disables that check
-// (documented per field); periods and durations must be positive.
+// gives values that are safe on every datacenter GPU from T4 to H200. A zero
+// threshold disables that check (documented per field); periods and durations
+// must be positive.
 type Config struct {
 	// Period between two samples of every GPU. NVML refreshes utilisation
 	// over its own window (1/6 s to 1 s depending on the GPU), so a shorter
