@@ -2,8 +2,9 @@
 // that does, what muxd must know about it: which GPUs it may use, its class and its limits.
 // It only reads the spec; changing it is the job of package wiring. muxflow-runtime's C
 // front (hook/native) relies on its sources: a spec in which none of the strings
-// NVIDIA_VISIBLE_DEVICES, "cdi.k8s.io/" and "/dev/nvidia" occurs, and which has no JSON
-// escape, is never a GPU container here, so a new source must be added there too.
+// NVIDIA_VISIBLE_DEVICES, "cdi.k8s.io/", "/dev/nvidia" and "muxflow.io/gpu" (quoted)
+// occurs, and which has no JSON escape, is never a GPU container here, so a new source
+// must be added there too.
 package gpucontainer
 
 import (
@@ -15,6 +16,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy/annotations"
 )
 
 // VisibleDevicesEnv is the variable the NVIDIA container stack reads to pick GPUs.
@@ -31,26 +33,87 @@ const maxGPUs = 64
 // longer than this is hostile, not a GPU list.
 const maxValueLen = 4096
 
+// VolumeMountsRoot is the NVIDIA device plugin's volume-mounts strategy: the container's
+// NVIDIA_VISIBLE_DEVICES is this path and each GPU is a mount below it named by its UUID
+// or index (the device plugin's deviceListStrategy "volume-mounts").
+const VolumeMountsRoot = "/var/run/nvidia-container-devices"
+
+// containerTypeAnnotation is set by containerd's CRI: "sandbox" for a pod's pause
+// container, which gets the pod's annotations too but never a GPU.
+const containerTypeAnnotation = "io.kubernetes.cri.container-type"
+
 // ErrBadDevices classifies a GPU request that cannot be understood; creation must fail.
 var ErrBadDevices = errors.New("bad GPU request")
 
 // Detect returns the GPUs a spec asks for, or nil when the container is not a GPU container.
 // The sources, in order of precedence: NVIDIA_VISIBLE_DEVICES in the process environment
 // ("void", "none" and empty mean no GPU), CDI device annotations for nvidia.com devices,
-// then /dev/nvidia* devices in linux.devices (control devices alone mean "all").
+// then /dev/nvidia* devices in linux.devices (control devices alone mean "all"), and last
+// the muxflow.io/gpu annotation: the GPU the muxflow scheduler extender chose for a pod
+// that requests none through a device plugin (see Planned).
 func Detect(s *specs.Spec) ([]string, error) {
 	if s == nil {
 		return nil, nil
 	}
 	if s.Process != nil {
 		if v, ok := lookupEnv(s.Process.Env, VisibleDevicesEnv); ok {
+			if strings.TrimSpace(v) == VolumeMountsRoot {
+				return fromVolumeMounts(s)
+			}
 			return fromVisibleDevices(v)
 		}
 	}
 	if gpus, err := fromCDI(s.Annotations); gpus != nil || err != nil {
 		return gpus, err
 	}
-	return fromDevices(s), nil
+	if gpus := fromDevices(s); gpus != nil {
+		return gpus, nil
+	}
+	g, ok, err := Planned(s)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return []string{g}, nil
+}
+
+// Planned returns the GPU named by the muxflow.io/gpu annotation, which the muxflow
+// scheduler extender writes on an offline pod when it binds it (and containerd's
+// pod_annotations pass to its containers). A pod's sandbox (pause) container is never a
+// GPU container. ok is false when the annotation is absent.
+func Planned(s *specs.Spec) (gpu string, ok bool, err error) {
+	if s == nil {
+		return "", false, nil
+	}
+	v, ok := s.Annotations[annotations.GPU]
+	if !ok || s.Annotations[containerTypeAnnotation] == "sandbox" {
+		return "", false, nil
+	}
+	g, err := annotations.ParseGPU(annotations.GPU, v)
+	if err != nil {
+		return "", true, fmt.Errorf("%w: %v", ErrBadDevices, err)
+	}
+	return g, true, nil
+}
+
+// fromVolumeMounts reads the GPUs of the volume-mounts strategy: the names of the mounts
+// directly below VolumeMountsRoot.
+func fromVolumeMounts(s *specs.Spec) ([]string, error) {
+	var names []string
+	for _, m := range s.Mounts {
+		rest, ok := strings.CutPrefix(m.Destination, VolumeMountsRoot+"/")
+		if !ok || rest == "" || strings.Contains(rest, "/") {
+			continue
+		}
+		names = append(names, rest)
+	}
+	if names == nil {
+		return nil, nil // the device plugin allocated nothing: no GPU, as "void" would say
+	}
+	gpus, err := parseList(names)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s mounts: %v", ErrBadDevices, VolumeMountsRoot, err)
+	}
+	return gpus, nil
 }
 
 // lookupEnv returns the last value of name, as execve's consumers (getenv) see it.

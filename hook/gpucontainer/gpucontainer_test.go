@@ -128,3 +128,58 @@ func FuzzNativeFastPathContract(f *testing.F) {
 		t.Fatalf("GPU container (%v, %v) without any of the C front's tokens: %s", gpus, err, raw)
 	})
 }
+
+func TestDetectKubernetesSources(t *testing.T) {
+	const uuid = "GPU-6f1a8e0c-0000-4000-8000-000000000001"
+	vm := func(dests ...string) *specs.Spec {
+		s := withEnv("NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices")
+		for _, d := range dests {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: d, Source: "/dev/null", Type: "bind"})
+		}
+		return s
+	}
+	ann := func(kv ...string) *specs.Spec {
+		s := withEnv("PATH=/bin")
+		s.Annotations = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			s.Annotations[kv[i]] = kv[i+1]
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		spec    *specs.Spec
+		want    []string
+		wantErr string
+	}{
+		{"volume mounts", vm("/var/run/nvidia-container-devices/"+uuid, "/etc/hosts"), []string{uuid}, ""},
+		{"volume mounts by index", vm("/var/run/nvidia-container-devices/1", "/var/run/nvidia-container-devices/0"), []string{"1", "0"}, ""},
+		{"volume mounts, none allocated", vm("/etc/hosts"), nil, ""},
+		{"volume mounts, bad name", vm("/var/run/nvidia-container-devices/../../etc", "/var/run/nvidia-container-devices/gpu0"), nil, "nvidia-container-devices mounts"},
+		{"planned GPU", ann("muxflow.io/gpu", uuid, "io.kubernetes.cri.container-type", "container"), []string{uuid}, ""},
+		{"planned GPU on the sandbox", ann("muxflow.io/gpu", uuid, "io.kubernetes.cri.container-type", "sandbox"), nil, ""},
+		{"planned GPU malformed", ann("muxflow.io/gpu", "all"), nil, `annotation muxflow.io/gpu: "all" is not a GPU UUID or index`},
+		{"device plugin wins over the plan", func() *specs.Spec {
+			s := ann("muxflow.io/gpu", uuid)
+			s.Process.Env = append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES=0")
+			return s
+		}(), []string{"0"}, ""},
+		{"gpu-memory alone is no GPU", ann("muxflow.io/gpu-memory", "8Gi"), nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Detect(tc.spec)
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrBadDevices) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want ErrBadDevices containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Detect (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

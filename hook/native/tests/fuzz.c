@@ -399,7 +399,8 @@ static bool naive_has(const char *b, size_t n, const char *tok)
 static void fuzz_specscan(const char *spec, size_t spec_len)
 {
 	static const char *const dict[] = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICE", "cdi.k8s.io/",
-					   "cdi.k8s.io", "/dev/nvidia", "/dev/nvidi", "\\", "\\u0041", "\"env\":[\""};
+					   "cdi.k8s.io", "/dev/nvidia", "/dev/nvidi", "\\", "\\u0041", "\"env\":[\"",
+					   "\"muxflow.io/gpu\"", "\"muxflow.io/gpu"};
 	size_t cap = spec_len + 1024;
 	char *buf = malloc(cap);
 	for (long it = 0; it < iters && !ENOUGH(); it++) {
@@ -418,7 +419,8 @@ static void fuzz_specscan(const char *spec, size_t spec_len)
 		char *exact = malloc(len ? len : 1);
 		memcpy(exact, buf, len);
 		bool want = naive_has(exact, len, "\\") || naive_has(exact, len, "NVIDIA_VISIBLE_DEVICES") ||
-			    naive_has(exact, len, "cdi.k8s.io/") || naive_has(exact, len, "/dev/nvidia");
+			    naive_has(exact, len, "cdi.k8s.io/") || naive_has(exact, len, "/dev/nvidia") ||
+			    naive_has(exact, len, "\"muxflow.io/gpu\"");
 		accepted += !want;
 		CHECK(spec_maybe_gpu(exact, len) == (int)want, "spec_maybe_gpu != naive search (%d)", want);
 		if (FAILED_NOW())

@@ -310,6 +310,7 @@ static void test_specscan(const char *plain_path)
 		"{\"annotations\":{\"cdi.k8s.io/gpu\":\"nvidia.com/gpu=0\"}}",
 		"{\"linux\":{\"devices\":[{\"path\":\"/dev/nvidia0\"}]}}",
 		"{\"linux\":{\"devices\":[{\"path\":\"/dev/nvidiactl\"}]}}",
+		"{\"annotations\":{\"muxflow.io/gpu\":\"GPU-1\"}}", /* the extender's choice */
 		"{\"process\":{\"env\":[\"NVIDIA_VISIBLE_DEVICES=void\"]}}", /* muxd decides */
 		"{\"process\":{\"env\":[\"NVIDIA_VISIBLE_DEVIC\\u0045S=0\"]}}", /* escaped */
 		"{\"a\":\"\\/\"}",
@@ -322,6 +323,7 @@ static void test_specscan(const char *plain_path)
 		"{\"annotations\":{\"cdi.k8s.io\":\"x\"}}",
 		"{\"linux\":{\"devices\":[{\"path\":\"/dev/nvidi\"}]}}",
 		"nvidia_visible_devices /DEV/NVIDIA CDI.K8S.IO/",
+		"{\"annotations\":{\"muxflow.io/gpu-memory\":\"8Gi\"}}",
 	};
 	for (size_t i = 0; i < sizeof notgpu / sizeof notgpu[0]; i++)
 		CHECK(spec_maybe_gpu(notgpu[i], strlen(notgpu[i])) == 0, "must be non-GPU: %s", notgpu[i]);
