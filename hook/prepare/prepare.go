@@ -96,7 +96,14 @@ func Create(req Request, p *policy.Policy, reg Registry) (*api.Container, []byte
 	if s.Process == nil {
 		return nil, nil, invalidf("muxflow: GPU container %s has no process in config.json", req.ID)
 	}
-	class, limits, err := classify.Classify(s.Annotations, p)
+	if g, planned, _ := gpucontainer.Planned(&s); planned && len(gpus) == 1 && gpus[0] == g {
+		// The GPU came from the scheduler's plan, not from a device plugin: give it.
+		if err := injectPlanned(&s, g); err != nil {
+			return nil, nil, invalid{err}
+		}
+	}
+	// Annotations, or where the engine cannot set them (Docker < 24) MUXFLOW_CLASS & co.
+	class, limits, err := classify.Spec(s.Annotations, s.Process.Env, p)
 	if err != nil {
 		return nil, nil, invalid{err}
 	}

@@ -8,6 +8,39 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
+// patchLinuxDevices writes linux.devices and linux.resources.devices (device nodes and
+// their cgroup rules, which CDI injection adds) when s has any; otherwise the original
+// bytes stay.
+func patchLinuxDevices(top map[string]json.RawMessage, s *specs.Spec, set func(map[string]json.RawMessage, string, any) error) error {
+	if s.Linux == nil || (len(s.Linux.Devices) == 0 && (s.Linux.Resources == nil || len(s.Linux.Resources.Devices) == 0)) {
+		return nil
+	}
+	linux := map[string]json.RawMessage{}
+	if raw, ok := top["linux"]; ok {
+		if err := json.Unmarshal(raw, &linux); err != nil || linux == nil {
+			return fmt.Errorf("config.json's linux is not an object")
+		}
+	}
+	if err := set(linux, "devices", s.Linux.Devices); err != nil {
+		return err
+	}
+	if s.Linux.Resources != nil && len(s.Linux.Resources.Devices) > 0 {
+		res := map[string]json.RawMessage{}
+		if raw, ok := linux["resources"]; ok {
+			if err := json.Unmarshal(raw, &res); err != nil || res == nil {
+				return fmt.Errorf("config.json's linux.resources is not an object")
+			}
+		}
+		if err := set(res, "devices", s.Linux.Resources.Devices); err != nil {
+			return err
+		}
+		if err := set(linux, "resources", res); err != nil {
+			return err
+		}
+	}
+	return set(top, "linux", linux)
+}
+
 // Patch writes the parts of s that the wiring changes back into the original config.json
 // bytes. Only those keys are re-encoded; every other byte of every other field — including
 // fields this runtime-spec version does not know — is kept as it was, so a newer runtime's
@@ -47,6 +80,9 @@ func Patch(raw []byte, s *specs.Spec) ([]byte, error) {
 		}
 	}
 	if err := set(top, "process", proc); err != nil {
+		return nil, err
+	}
+	if err := patchLinuxDevices(top, s, set); err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
