@@ -245,7 +245,11 @@ func (w *Wrapper) gpuContainer(ctx context.Context, log *slog.Logger, args []str
 // muxdDown applies the policy for a GPU container created while muxd is not running:
 // start it unshared, without MPS or limits, or refuse it.
 func (w *Wrapper) muxdDown(log *slog.Logger, args []string, inv Invocation, s *specs.Spec, p *policy.Policy) error {
-	class, _, err := classify.Classify(s.Annotations, p)
+	var env []string
+	if s.Process != nil {
+		env = s.Process.Env
+	}
+	class, _, err := classify.Spec(s.Annotations, env, p)
 	if err != nil {
 		return w.fail(log, err)
 	}
