@@ -198,6 +198,27 @@ type GPU struct {
 	// CeilingReason is why the offline ceiling last changed, and CeilingChanged when.
 	CeilingReason  string    `json:"ceiling_reason,omitempty"`
 	CeilingChanged time.Time `json:"ceiling_changed,omitzero"`
+	// CeilingReasonKey is the last change's reason in one word or two (calm, burst,
+	// burst over, new level, pattern, give back, fallback, health, static, idle; with
+	// "/fallback" while the online utilisation is a conservative stand-in).
+	CeilingReasonKey string `json:"ceiling_reason_key,omitempty"`
+	// Burst is set while the allocator holds a burst of the online launch rate.
+	Burst bool `json:"burst,omitempty"`
+	// CeilingHistory is the GPU's latest ceiling changes, oldest first (at most 64).
+	CeilingHistory []CeilingChange `json:"ceiling_history,omitempty"`
+}
+
+// CeilingChange is one change of a GPU's offline ceiling.
+type CeilingChange struct {
+	At time.Time `json:"at"`
+	// From and To are the ceiling before and after (percent of GPU time); Demand is the
+	// online demand estimate it was derived from (percent).
+	From   float64 `json:"from"`
+	To     float64 `json:"to"`
+	Demand float64 `json:"demand"`
+	// Reason is the short key (as CeilingReasonKey), Detail the figures behind it.
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // NodeReport is the body of GET /v1/node: the node, each GPU with its online workload's

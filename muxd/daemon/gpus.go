@@ -73,6 +73,7 @@ func (m monitorInventory) GPUs(context.Context) ([]api.GPU, error) {
 			g.OnlineDemand = st.OnlineDemand * 100
 			g.OfflineContainers = st.OfflineContainers
 			g.DemandSource, g.CeilingReason, g.CeilingChanged = st.DemandSource, st.Reason, st.Changed
+			g.CeilingReasonKey, g.Burst, g.CeilingHistory = st.ReasonKey, st.Burst, st.History
 		}
 		out = append(out, g)
 	}

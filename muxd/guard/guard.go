@@ -110,6 +110,8 @@ type gpuState struct {
 	changed           time.Time
 	share             float64
 	offline           int
+	// history is the GPU's latest ceiling changes, oldest first.
+	history []api.CeilingChange
 }
 
 // stickyReport is one container's unconfirmed report of a dead GPU context.
@@ -151,6 +153,9 @@ type Status struct {
 	Changed time.Time `json:"changed,omitzero"`
 	// OfflineContainers is how many running offline containers split the ceiling.
 	OfflineContainers int `json:"offline_containers"`
+	// ReasonKey is the last change's short reason; History the latest changes.
+	ReasonKey string              `json:"reason_key,omitempty"`
+	History   []api.CeilingChange `json:"history,omitempty"`
 }
 
 // AllocConfig maps the policy onto the allocator's configuration.
@@ -314,8 +319,20 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 		g.mu.Unlock()
 		if in.Online {
 			in.OnlineUtil = g.estimateOnline(v, st)
+			g.mu.Lock()
+			in.Fallback = st.failing
+			g.mu.Unlock()
+			// The burst detector needs every online container's launch count: one
+			// without a measured rate (no block yet, quarantined, first period) leaves
+			// the rate unknown rather than low.
+			in.RateKnown = dt > 0 && dt < 10
 			for _, c := range v.online {
-				in.OnlineLaunchRate += rates[c.ID]
+				r, ok := rates[c.ID]
+				in.OnlineLaunchRate += r
+				in.RateKnown = in.RateKnown && ok
+			}
+			if in.RateKnown {
+				in.Period = time.Duration(dt * float64(time.Second))
 			}
 		} else {
 			// The next online container starts from a clean slate.
@@ -804,41 +821,36 @@ func (g *Guard) onlineUtil(v gpuView) (util float64, ok bool, why string) {
 		samples, strings.Join(names, ","), wholeText())
 }
 
-// noteChange records why a GPU's offline ceiling changed (g.mu held).
+// noteChange records why a GPU's offline ceiling changed (g.mu held): the allocator's
+// reason and figures, the demand source, and a "/fallback" mark on the key while the
+// online utilisation is a conservative stand-in. A new reason, or a change of the
+// ceiling by half a percent or more, is a change; each is also kept in the GPU's recent
+// changes for the API and the experiment plot.
 func (g *Guard) noteChange(st *gpuState, v gpuView, in alloc.Input, d alloc.Decision, now time.Time) {
-	cfg := g.allocCfg
-	var key, why string
-	switch {
-	case in.Health == alloc.Stop:
-		key, why = "stop", fmt.Sprintf("GPU %s: offline work stopped", v.status.State)
-	case in.Health == alloc.Floor:
-		key, why = "floor", fmt.Sprintf("GPU throttled (%s): offline cut to its floor %.0f%%", v.status.Reason.Text, 100*d.Share)
-	case cfg.Mode == alloc.Static:
-		key, why = "static", fmt.Sprintf("static mode: static_share %.0f%%", 100*cfg.StaticShare)
-	case !in.Online:
-		key, why = "idle", fmt.Sprintf("no online work on the GPU: the class ceiling %.0f%%", 100*d.Share)
+	key := string(d.Reason)
+	why := d.Detail
+	switch d.Reason {
+	case alloc.ReasonHealth:
+		why = fmt.Sprintf("GPU %s (%s): %s", v.status.State, v.status.Reason.Text, d.Detail)
+	case alloc.ReasonStatic, alloc.ReasonIdle:
 	default:
-		target := clamp(1-d.Demand-cfg.Headroom, cfg.OfflineMin, cfg.OfflineMax)
-		basis := fmt.Sprintf("online demand %.0f%% (%s) + headroom %.0f%%", 100*d.Demand, st.source, 100*cfg.Headroom)
-		switch {
-		case d.Burst:
-			key, why = "burst", "burst in the online launch rate: "+basis
-		case d.Share < st.share-1e-9:
-			key, why = "cut", basis
-		case d.Share < target-1e-9:
-			key, why = "giveback", fmt.Sprintf("giving back %.0f%% a period toward %.0f%% after a cut; %s", 100*cfg.GiveBack, 100*target, basis)
-		default:
-			key, why = "follow", basis
-		}
-		if st.failing {
-			key += "/fallback"
-		}
+		why = fmt.Sprintf("%s; online demand %.0f%% + headroom %.0f%%; utilisation from %s", d.Detail, 100*d.Demand, 100*g.allocCfg.Headroom, st.source)
+	}
+	if st.failing && d.Reason != alloc.ReasonFallback {
+		key += "/fallback"
 	}
 	if st.changed.IsZero() || key != st.reasonKey || math.Abs(d.Share-st.share) >= 0.005 {
 		st.reason, st.reasonKey, st.changed = fmt.Sprintf("%.0f%% → %.0f%%: %s", 100*st.share, 100*d.Share, why), key, now
+		st.history = append(st.history, api.CeilingChange{At: now, From: pct(st.share), To: pct(d.Share), Demand: pct(d.Demand), Reason: key, Detail: why})
+		if len(st.history) > historyLen {
+			st.history = st.history[len(st.history)-historyLen:]
+		}
 	}
 	st.share, st.offline = d.Share, len(v.offline)
 }
+
+// historyLen is how many ceiling changes the guard keeps per GPU.
+const historyLen = 64
 
 func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
@@ -851,6 +863,7 @@ func (g *Guard) Statuses() []Status {
 		s := Status{UUID: uuid, OfflineShare: d.Share, OnlineDemand: d.Demand, Burst: d.Burst}
 		if st := g.gpus[uuid]; st != nil {
 			s.DemandSource, s.Reason, s.Changed, s.OfflineContainers = st.source, st.reason, st.changed, st.offline
+			s.ReasonKey, s.History = st.reasonKey, slices.Clone(st.history)
 		}
 		out = append(out, s)
 	}
