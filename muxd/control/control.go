@@ -136,6 +136,17 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	if err := api.ValidateID(c.ID); err != nil {
 		return err
 	}
+	// Peers and GPUs are asked before m.mu is taken: they call into the registry and
+	// the guard, and the guard's step holds its own lock while it calls Block, so asking
+	// them under m.mu deadlocks a registration against a guard step.
+	var peers []api.Container
+	if m.Peers != nil {
+		peers = m.Peers()
+	}
+	var gpus []api.GPU
+	if m.GPUs != nil {
+		gpus = m.GPUs()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.blocks[c.ID]; ok {
@@ -148,15 +159,7 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	// Attach, never recreate: a running process keeps the inodes it mapped, so a block
 	// whose usage file the container broke is reattached (and reported corrupt by every
 	// read) instead of being replaced by a second one the process never sees.
-	var peers []api.Container
-	if m.Peers != nil {
-		peers = m.Peers()
-	}
 	l := InitialLimits(c, p, peers...)
-	var gpus []api.GPU
-	if m.GPUs != nil {
-		gpus = m.GPUs()
-	}
 	l.Signal = Signal(c, p, gpus)
 	b, err := ctlblock.Attach(dir, l)
 	if err != nil {
