@@ -50,6 +50,10 @@ type Server struct {
 	// (they were scheduled elsewhere or deleted); default 10 minutes.
 	PendingTTL time.Duration
 	Log        *slog.Logger
+	// Kube, when set, lets the extender serve kube-scheduler's bind verb: it writes the
+	// GPU the plan chose on an offline pod (annotations.GPU) before binding it, so that
+	// the node gives the pod exactly that GPU.
+	Kube *Kube
 
 	plan    atomic.Pointer[plan.Plan]
 	reports atomic.Pointer[[]profile.NodeReport]
@@ -102,6 +106,7 @@ func (s *Server) PendingJobs(now time.Time) []plan.Job {
 // Handler routes the extender verbs and the plan endpoints:
 //
 //	POST /filter, /prioritize      kube-scheduler extender verbs
+//	POST /bind                     the bind verb (with Kube): annotate the planned GPU, bind
 //	GET  /v1/plan                  the latest plan
 //	GET  /v1/plan/{ns}/{name}      one pod's assignment (muxd picks the GPU)
 //	GET  /healthz
@@ -109,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /filter", s.filter)
 	mux.HandleFunc("POST /prioritize", s.prioritize)
+	mux.HandleFunc("POST /bind", s.bind)
 	mux.HandleFunc("GET /v1/plan", s.getPlan)
 	mux.HandleFunc("GET /v1/plan/{ns}/{name}", s.getAssignment)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })

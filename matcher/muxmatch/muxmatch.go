@@ -325,6 +325,10 @@ func runServe(ctx context.Context, args []string) error {
 	interval := fs.Duration("interval", 10*time.Second, "planning interval")
 	wait := fs.Bool("wait-for-plan", true, "hold unplanned offline pods instead of letting them land anywhere")
 	record := fs.String("record", "", "append the co-locations nodes report to this training CSV (for muxmatch train)")
+	bindVerb := fs.Bool("bind", false, "serve kube-scheduler's bind verb: write the planned GPU on each offline pod (muxflow.io/gpu) and bind it; needs Kubernetes API access")
+	kubeServer := fs.String("kube-server", "", "Kubernetes API server URL for --bind (default: the in-cluster service account's)")
+	kubeToken := fs.String("kube-token-file", "", "bearer token file for --kube-server (default: the service account token)")
+	kubeCA := fs.String("kube-ca", "", "CA certificate file for --kube-server (default: the service account's ca.crt)")
 	cfgf := plannerFlags(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -356,6 +360,11 @@ func runServe(ctx context.Context, args []string) error {
 	log := slog.Default()
 	srv := extender.NewServer(log)
 	srv.WaitForPlan = *wait
+	if *bindVerb {
+		if srv.Kube, err = extender.NewKube(*kubeServer, *kubeToken, *kubeCA); err != nil {
+			return fmt.Errorf("serve --bind: %w", err)
+		}
+	}
 	round := func() {
 		rs, err := src.Reports(ctx)
 		if err != nil {

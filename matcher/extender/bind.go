@@ -1,0 +1,55 @@
+package extender
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/muxflow/muxflow/policy/annotations"
+)
+
+// bind is kube-scheduler's bind verb. For an offline pod the current plan places on the
+// chosen node, it first records the plan's GPU on the pod (annotations.GPU, with the plan
+// generation), as HAMi's scheduler records its device choice: the node reads it when it
+// creates the pod's containers (containerd passes muxflow.io/* pod annotations to the
+// muxflow runtime) and gives the pod exactly that GPU. Then it binds the pod. Any other
+// pod is only bound.
+func (s *Server) bind(w http.ResponseWriter, r *http.Request) {
+	var args extenderv1.ExtenderBindingArgs
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&args); err != nil {
+		writeJSON(w, extenderv1.ExtenderBindingResult{Error: fmt.Sprintf("decode binding args: %v", err)})
+		return
+	}
+	id := args.PodNamespace + "/" + args.PodName
+	if !validPodID(id) || args.Node == "" {
+		writeJSON(w, extenderv1.ExtenderBindingResult{Error: "binding args need a pod namespace, name and node"})
+		return
+	}
+	if s.Kube == nil {
+		writeJSON(w, extenderv1.ExtenderBindingResult{Error: "this muxmatch has no Kubernetes API access for the bind verb (muxmatch serve --kube-server)"})
+		return
+	}
+	ctx := r.Context()
+	if p := s.Plan(); p != nil {
+		if a, ok := assignmentOf(p, id); ok {
+			if a.Node != args.Node {
+				writeJSON(w, extenderv1.ExtenderBindingResult{Error: fmt.Sprintf("muxflow plan %d places pod %s on %s, not %s", p.Generation, id, a.Node, args.Node)})
+				return
+			}
+			ann := map[string]string{annotations.GPU: a.GPU, annotations.PlanGeneration: strconv.FormatInt(p.Generation, 10)}
+			if err := s.Kube.Annotate(ctx, args.PodNamespace, args.PodName, string(args.PodUID), ann); err != nil {
+				writeJSON(w, extenderv1.ExtenderBindingResult{Error: fmt.Sprintf("record the planned GPU on pod %s: %v", id, err)})
+				return
+			}
+			s.Log.Info("bound offline pod to its planned GPU", "pod", id, "node", a.Node, "gpu", a.GPU, "plan", p.Generation)
+		}
+	}
+	if err := s.Kube.Bind(ctx, args.PodNamespace, args.PodName, string(args.PodUID), args.Node); err != nil {
+		writeJSON(w, extenderv1.ExtenderBindingResult{Error: fmt.Sprintf("bind pod %s: %v", id, err)})
+		return
+	}
+	writeJSON(w, extenderv1.ExtenderBindingResult{})
+}
