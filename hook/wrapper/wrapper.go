@@ -292,16 +292,23 @@ func (w *Wrapper) logger(inv Invocation) *slog.Logger {
 			w.logToFile = true
 		}
 	}
-	opts := &slog.HandlerOptions{ReplaceAttr: runcStyle}
+	level := slog.LevelInfo
 	if !w.logToFile {
 		// Without --log, stderr is the container's own stderr (runc run): only warnings
 		// and errors belong there.
-		opts.Level = slog.LevelWarn
+		level = slog.LevelWarn
 	}
-	if inv.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(out, opts))
+	return slog.New(runcLogHandler(out, inv.LogFormat, level))
+}
+
+// runcLogHandler writes records in runc's --log-format (json, else text). muxflow-runtime
+// writes the same lines in C (hook/native/src/runlog.c); testdata/runlog.vec holds both.
+func runcLogHandler(out io.Writer, format string, level slog.Leveler) slog.Handler {
+	opts := &slog.HandlerOptions{ReplaceAttr: runcStyle, Level: level}
+	if format == "json" {
+		return slog.NewJSONHandler(out, opts)
 	}
-	return slog.New(slog.NewTextHandler(out, opts))
+	return slog.NewTextHandler(out, opts)
 }
 
 // runcStyle writes records as runc's logrus does (level in lower case, RFC 3339 time), so
