@@ -48,7 +48,7 @@ func (r *Report) aggregate() {
 		byP99 := slices.Clone(all)
 		slices.SortFunc(byP99, func(a, b Result) int { return cmpFloat(a.ReqP99, b.ReqP99) })
 		mid := byP99[(len(byP99)-1)/2]
-		out.Samples, out.Trace, out.Window = mid.Samples, mid.Trace, mid.Window
+		out.Samples, out.Trace, out.Window, out.Changes = mid.Samples, mid.Trace, mid.Window, mid.Changes
 		for k, x := range all {
 			out.Errors += x.Errors
 			out.Evictions += x.Evictions

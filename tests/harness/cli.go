@@ -173,11 +173,18 @@ func reportsJSON(reports []*Report) any {
 		OnlineQPS, OnlineGPUms     *float64 `json:",omitempty"`
 		Util, SMActivity           float64
 		OfflineShare, OnlineDemand *float64 `json:",omitempty"`
+		Reason                     string   `json:",omitempty"`
+	}
+	type change struct {
+		T                float64 `json:"t_s"`
+		From, To, Demand float64
+		Reason, Detail   string
 	}
 	type result struct {
 		Result
 		Samples []sample
-		Window  float64 `json:"window_s"`
+		Changes []change `json:",omitempty"`
+		Window  float64  `json:"window_s"`
 	}
 	type pass struct {
 		OfflineAlone []float64
@@ -200,14 +207,17 @@ func reportsJSON(reports []*Report) any {
 		var out []result
 		for _, x := range rs {
 			y := result{Result: x, Window: x.Window.Seconds()}
-			y.Result.Samples = nil
+			y.Result.Samples, y.Result.Changes = nil, nil
+			for _, c := range x.Changes {
+				y.Changes = append(y.Changes, change{T: c.T.Seconds(), From: c.From, To: c.To, Demand: c.Demand, Reason: c.Reason, Detail: c.Detail})
+			}
 			y.BusyPerRequest = 0
 			if b := num(x.BusyPerRequest); b != nil {
 				y.BusyPerRequest = *b
 			}
 			for _, s := range x.Samples {
 				y.Samples = append(y.Samples, sample{T: s.T.Seconds(), OnlineQPS: num(s.OnlineQPS), OnlineGPUms: num(s.OnlineGPUms),
-					Util: s.Util, SMActivity: s.SMActivity, OfflineShare: num(s.OfflineShare), OnlineDemand: num(s.OnlineDemand)})
+					Util: s.Util, SMActivity: s.SMActivity, OfflineShare: num(s.OfflineShare), OnlineDemand: num(s.OnlineDemand), Reason: s.Reason})
 			}
 			out = append(out, y)
 		}

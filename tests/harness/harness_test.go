@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -297,6 +298,44 @@ func TestPlot(t *testing.T) {
 	}
 	if err := WritePNG(&b, "empty", nil); err == nil {
 		t.Error("plotted nothing without an error")
+	}
+}
+
+// TestPlotCeilingChanges: with muxd's ceiling changes, the shares panel draws the
+// ceiling as steps through every change and marks each change with its reason.
+func TestPlotCeilingChanges(t *testing.T) {
+	r := testReport()
+	for i := range r.Results {
+		if r.Results[i].Strategy == Muxflow {
+			r.Results[i].Changes = []CeilingChange{
+				{T: 300 * time.Millisecond, From: 70, To: 30, Demand: 60, Reason: "burst"},
+				{T: 700 * time.Millisecond, From: 30, To: 70, Demand: 8, Reason: "burst over"},
+				{T: 900 * time.Millisecond, From: 70, To: 60, Demand: 20, Reason: "calm/fallback"},
+			}
+		}
+	}
+	panels, err := r.TimelinePanels(Muxflow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := panels[1]
+	if !strings.Contains(p.Title, "reason") || len(p.Markers) != 3 {
+		t.Fatalf("shares panel: %+v", p)
+	}
+	var labels []string
+	for _, m := range p.Markers {
+		labels = append(labels, m.Label)
+	}
+	if d := cmp.Diff([]string{"burst", "burst over", "fallback"}, labels); d != "" {
+		t.Errorf("marker labels (-want +got):\n%s", d)
+	}
+	ceil := p.Series[0]
+	if ceil.Name != "offline ceiling" || ceil.V[0] != 70 || !slices.Contains(ceil.V, 30) || ceil.V[len(ceil.V)-1] != 60 {
+		t.Errorf("ceiling steps %v", ceil.V)
+	}
+	var b bytes.Buffer
+	if err := WritePNG(&b, "changes", panels); err != nil {
+		t.Fatal(err)
 	}
 }
 

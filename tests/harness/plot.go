@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/image/font"
@@ -34,6 +35,71 @@ type Panel struct {
 	Series []Series
 	// YMax fixes the top of the axis; 0 fits the data.
 	YMax float64
+	// Markers are events drawn as coloured ticks along the panel's bottom, with one
+	// legend entry per label.
+	Markers []Marker
+}
+
+// Marker is one event on a panel's time axis.
+type Marker struct {
+	T     time.Duration
+	Label string
+	Color color.RGBA
+}
+
+// reasonColors colour muxd's reasons for a ceiling change (a "/fallback" suffix is
+// drawn as fallback).
+var reasonColors = map[string]color.RGBA{
+	"burst":      {0xd6, 0x27, 0x28, 0xff},
+	"burst over": {0xff, 0x7f, 0x0e, 0xff},
+	"new level":  {0xe3, 0x77, 0xc2, 0xff},
+	"calm":       {0x7f, 0x7f, 0x7f, 0xff},
+	"give back":  {0x2c, 0xa0, 0x2c, 0xff},
+	"pattern":    {0x94, 0x67, 0xbd, 0xff},
+	"fallback":   {0x00, 0x00, 0x00, 0xff},
+	"health":     {0x8c, 0x56, 0x4b, 0xff},
+	"static":     {0xbc, 0xbd, 0x22, 0xff},
+	"idle":       {0x17, 0xbe, 0xcf, 0xff},
+}
+
+func reasonColor(key string) (string, color.RGBA) {
+	if strings.HasSuffix(key, "/fallback") {
+		key = "fallback"
+	}
+	if c, ok := reasonColors[key]; ok {
+		return key, c
+	}
+	return key, colAxis
+}
+
+// ceilingPanel draws muxd's offline ceiling and online demand as they changed (every
+// change, not only the sampled values) with a marker per change coloured by its reason,
+// and NVML's GPU utilisation from the samples.
+func ceilingPanel(changes []CeilingChange, ts []time.Duration, util []float64, end time.Duration) Panel {
+	var ct, dt []time.Duration
+	var cv, dv []float64
+	for i, c := range changes {
+		if i == 0 {
+			ct, cv = append(ct, 0), append(cv, c.From)
+		}
+		ct, cv = append(ct, c.T, c.T), append(cv, cv[len(cv)-1], c.To)
+		if len(dv) > 0 {
+			dt, dv = append(dt, c.T), append(dv, dv[len(dv)-1])
+		}
+		dt, dv = append(dt, c.T), append(dv, c.Demand)
+	}
+	ct, cv = append(ct, end), append(cv, cv[len(cv)-1])
+	dt, dv = append(dt, end), append(dv, dv[len(dv)-1])
+	p := Panel{Title: "offline ceiling, online demand and the reason for each change (muxd)", YLabel: "%", YMax: 100, Series: []Series{
+		{Name: "offline ceiling", Color: colShare, T: ct, V: cv},
+		{Name: "online demand", Color: colDemand, T: dt, V: dv},
+		{Name: "GPU util", Color: colUtil, T: ts, V: util},
+	}}
+	for _, c := range changes {
+		label, col := reasonColor(c.Reason)
+		p.Markers = append(p.Markers, Marker{T: c.T, Label: label, Color: col})
+	}
+	return p
 }
 
 var (
@@ -48,8 +114,9 @@ var (
 	colAxis   = color.RGBA{0x33, 0x33, 0x33, 0xff}
 )
 
-// TimelinePanels are the muxflow run's panels: online load, offline share against the
-// online demand, and online request latency (with its GPU-side p99) against the
+// TimelinePanels are the muxflow run's panels: online load, offline ceiling against the
+// online demand with the reason for each change (every change muxd reported; the sampled
+// values when it reported none), and online request latency (with its GPU-side p99) against the
 // online-alone baseline.
 func (r *Report) TimelinePanels(st Strategy) ([]Panel, error) {
 	res, ok := r.Result(st)
@@ -84,6 +151,9 @@ func (r *Report) TimelinePanels(st Strategy) ([]Panel, error) {
 			{Name: "online demand", Color: colDemand, T: ts, V: demand},
 			{Name: "GPU util", Color: colUtil, T: ts, V: util},
 		}},
+	}
+	if len(res.Changes) > 0 {
+		panels[1] = ceilingPanel(res.Changes, ts, util, max(ts[n-1], res.Changes[len(res.Changes)-1].T))
 	}
 	base, haveBase := r.Result(OnlineAlone)
 	haveBase = haveBase && base.Skipped == ""
@@ -224,6 +294,32 @@ func drawPanel(img *image.RGBA, p Panel, area image.Rectangle, tmax time.Duratio
 		ly := area.Min.Y + 10 + 18*k
 		line(img, area.Max.X+12, ly-4, area.Max.X+32, ly-4, s.Color, s.Dashed)
 		text(img, area.Max.X+38, ly, s.Name, colAxis)
+	}
+	// Markers: a tick each along the bottom, a legend entry per label below the series'.
+	var labels []string
+	colors := map[string]color.RGBA{}
+	for _, m := range p.Markers {
+		x := xOf(m.T)
+		vline(img, x, area.Max.Y-10, area.Max.Y-1, m.Color)
+		vline(img, x+1, area.Max.Y-10, area.Max.Y-1, m.Color)
+		if _, seen := colors[m.Label]; !seen {
+			labels = append(labels, m.Label)
+		}
+		colors[m.Label] = m.Color
+	}
+	if len(labels) > 0 {
+		ly := area.Min.Y + 10 + 18*len(p.Series) + 4
+		text(img, area.Max.X+12, ly, "change reasons:", colAxis)
+		for k, l := range labels {
+			y := ly + 14*(k+1)
+			if y > area.Max.Y+14 {
+				break
+			}
+			for dx := 0; dx < 4; dx++ {
+				vline(img, area.Max.X+14+dx, y-9, y-1, colors[l])
+			}
+			text(img, area.Max.X+24, y, l, colAxis)
+		}
 	}
 }
 

@@ -110,6 +110,9 @@ type Result struct {
 	Evictions        int
 	Window           time.Duration
 	Samples          []Sample
+	// Changes are muxd's changes of the GPU's offline ceiling during the window, each
+	// with its reason (muxflow strategies only).
+	Changes []CeilingChange
 	// Trace is every online request, when the built infer can write it.
 	Trace []Request `json:"-"`
 	// Notes are problems met during the run (also counted in Errors where they are).
@@ -125,6 +128,17 @@ type Sample struct {
 	Util, SMActivity       float64
 	// OfflineShare and OnlineDemand are muxd's figures in percent (NaN without muxd).
 	OfflineShare, OnlineDemand float64
+	// Reason is why muxd last changed the ceiling ("" without muxd).
+	Reason string
+}
+
+// CeilingChange is one change of the GPU's offline ceiling by muxd.
+type CeilingChange struct {
+	T time.Duration // from the window's start
+	// From, To and Demand are percent of GPU time.
+	From, To, Demand float64
+	// Reason is muxd's short key (calm, burst, burst over, ...); Detail its figures.
+	Reason, Detail string
 }
 
 // Report is an experiment: the scenario, the offline baselines and one result per
@@ -518,7 +532,7 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 			res.SMActivity = (dev1.smNs - dev0.smNs) / w / float64(dev1.sms)
 		}
 	}
-	res.Samples = smp.samples
+	res.Samples, res.Changes = smp.samples, smp.changes
 	if tracePath != "" {
 		f, err := os.Open(tracePath)
 		if err != nil {
@@ -575,6 +589,9 @@ type sampler struct {
 	kernels int
 	start   devSnap
 	samples []Sample
+	// changes of the ceiling muxd reported, and the time of the latest
+	changes    []CeilingChange
+	lastChange time.Time
 	// totals over the samples that saw the online process
 	busyNs, requests float64
 }
@@ -614,7 +631,18 @@ func (sm *sampler) run(ctx context.Context, every time.Duration) {
 		}
 		if sm.n.client != nil {
 			if g, err := sm.n.client.GPUs(ctx); err == nil && len(g) > 0 {
-				smp.OfflineShare, smp.OnlineDemand = g[0].OfflineShare, g[0].OnlineDemand
+				smp.OfflineShare, smp.OnlineDemand, smp.Reason = g[0].OfflineShare, g[0].OnlineDemand, g[0].CeilingReasonKey
+				// muxd keeps its latest changes: take those not seen yet.
+				for _, c := range g[0].CeilingHistory {
+					if !c.At.After(sm.lastChange) {
+						continue
+					}
+					sm.lastChange = c.At
+					if c.At.Before(sm.start.at) {
+						continue
+					}
+					sm.changes = append(sm.changes, CeilingChange{T: c.At.Sub(sm.start.at), From: c.From, To: c.To, Demand: c.Demand, Reason: c.Reason, Detail: c.Detail})
+				}
 			}
 		}
 		sm.samples = append(sm.samples, smp)
