@@ -11,11 +11,13 @@ SANOBJDIR   := $(TESTDIR)/sanobj
 SANLIBOBJS  := $(patsubst src/%.c,$(SANOBJDIR)/%.o,$(LIBSRCS))
 DEFAULT_POLICY ?= ../../policy/default.toml
 TESTDATA    := tests/testdata
+# Test vectors shared with the Go tests (testdata/README.md).
+VECTORS     ?= ../../testdata
 # Sanitizer options: leaks are errors; a finding aborts with a clear exit.
 SAN_ENV     := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 \
                UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87
 
-TEST_PROGS := $(TESTDIR)/unit $(TESTDIR)/fuzz $(TESTDIR)/progtest $(TESTDIR)/fakeruntime \
+TEST_PROGS := $(TESTDIR)/unit $(TESTDIR)/vectors $(TESTDIR)/fuzz $(TESTDIR)/progtest $(TESTDIR)/fakeruntime \
               $(SANDIR)/muxflow-runtime $(SANDIR)/muxflow-hook
 
 $(SANOBJDIR)/%.o: src/%.c $(HDRS) | $(SANOBJDIR)
@@ -33,6 +35,9 @@ $(SANDIR)/muxflow-hook: $(SANOBJDIR)/hook_main.o $(SANLIBOBJS) | $(SANDIR)
 $(TESTDIR)/unit: tests/unit.c tests/check.h $(SANLIBOBJS) | $(TESTDIR)
 	$(CC) $(SAN_FLAGS) -o $@ tests/unit.c $(SANLIBOBJS)
 
+$(TESTDIR)/vectors: tests/vectors.c tests/vec.h tests/check.h $(SANLIBOBJS) | $(TESTDIR)
+	$(CC) $(SAN_FLAGS) -o $@ tests/vectors.c $(SANLIBOBJS)
+
 $(TESTDIR)/fuzz: tests/fuzz.c tests/check.h $(SANLIBOBJS) | $(TESTDIR)
 	$(CC) $(SAN_FLAGS) -o $@ tests/fuzz.c $(SANLIBOBJS)
 
@@ -46,6 +51,7 @@ $(TESTDIR)/fakeruntime: tests/fakeruntime.c | $(TESTDIR)
 
 test: all $(TEST_PROGS)
 	$(SAN_ENV) $(TESTDIR)/unit $(DEFAULT_POLICY) $(TESTDATA)/spec-plain.json
+	$(SAN_ENV) $(TESTDIR)/vectors $(VECTORS)
 	$(SAN_ENV) $(TESTDIR)/fuzz $(DEFAULT_POLICY) $(TESTDATA)/spec-plain.json
 	$(SAN_ENV) $(TESTDIR)/progtest $(SANDIR) $(TESTDIR)/fakeruntime $(TESTDATA)/spec-plain.json
 	$(SAN_ENV) $(TESTDIR)/progtest $(BINDIR) $(TESTDIR)/fakeruntime $(TESTDATA)/spec-plain.json
