@@ -14,8 +14,10 @@
 //     learned in calm periods only.
 //   - Burst: the period's count is too far above the prediction to be noise (a one-sided
 //     z-test on the count, for sudden steps, and a CUSUM of the same z, for smaller
-//     sustained rises). The estimate is the launch rate × the learned GPU time per
-//     launch, at once: NVML's window would show a 150 ms spike at a fraction of its height.
+//     sustained rises). The estimate is the launch rate (averaged over the burst so far)
+//     × the learned GPU time per launch, at once: NVML's window would show a 150 ms
+//     spike at a fraction of its height. A burst that ends above the old calm rate (a
+//     ramp) moves the calm rate up.
 //   - Burst over: the count has been back near the prediction for a few periods. NVML's
 //     window still holds the burst, so until it has passed the estimate is the calm
 //     estimate from before the burst (or the launch rate × GPU time per launch if
@@ -214,8 +216,9 @@ type detector struct {
 	calmRun  int       // consecutive calm periods within a burst
 	ended    time.Time // when the last burst ended
 	preBurst float64   // the calm demand estimate when the burst started
-	peak     float64   // the highest demand estimate in the burst so far
-	hist     []period  // the latest periods, newest last
+	burstN   float64   // launches counted in the burst so far, over burstT seconds
+	burstT   float64
+	hist     []period // the latest periods, newest last
 }
 
 // GPU is the allocator's state for one GPU. The zero value is not usable; use New.
@@ -284,6 +287,8 @@ func (g *GPU) Step(in Input) Decision {
 		gap := d.Share - g.share
 		step := math.Max(cfg.GiveBack, giveBackFrac*gap)
 		switch {
+		case d.Burst:
+			step = 0 // no growth inside a burst
 		case g.recovering || in.Fallback || cfg.Mode == Static:
 			step = cfg.GiveBack
 		case d.Reason == ReasonBurstOver || d.Reason == ReasonNewLevel || d.Reason == ReasonIdle:
@@ -292,7 +297,9 @@ func (g *GPU) Step(in Input) Decision {
 		if step < gap {
 			target := d.Share
 			d.Share = g.share + step
-			if g.recovering {
+			if d.Burst {
+				d.Detail += fmt.Sprintf("; held at %.0f%% until the burst is over", 100*d.Share)
+			} else if g.recovering {
 				d.Reason = ReasonHealth
 				d.Detail = fmt.Sprintf("ramping back by %.0f%% a period toward %.0f%% after a health cut", 100*cfg.GiveBack, 100*target)
 			} else if d.Reason != ReasonFallback {
@@ -340,6 +347,12 @@ func (g *GPU) demand(in Input, d *Decision) {
 		d.Z = z
 	}
 	wasBurst := det.inBurst
+	if r >= 0 {
+		det.hist = append(det.hist, period{rate: r, dt: sec})
+		if len(det.hist) > histLen {
+			det.hist = det.hist[len(det.hist)-histLen:]
+		}
+	}
 	switch {
 	case r < 0:
 		// No launch counts: nothing to test.
@@ -352,6 +365,9 @@ func (g *GPU) demand(in Input, d *Decision) {
 		switch {
 		case det.calmRun >= EndPeriods:
 			det.inBurst, det.ended, det.cusum = false, in.Now, 0
+			// A rise that ended above the old calm rate (a ramp, not a spike) moves the
+			// calm rate up to where it ended.
+			det.mu = math.Max(det.mu, g.recentRate(EndPeriods))
 		case in.Now.Sub(det.start) >= MaxBurst:
 			// Not a burst but a new level: re-learn the calm rate from the last window.
 			det.inBurst, det.cusum, det.ended = false, 0, time.Time{}
@@ -382,10 +398,7 @@ func (g *GPU) demand(in Input, d *Decision) {
 		det.seen++
 	}
 	if r >= 0 {
-		det.hist = append(det.hist, period{rate: r, dt: sec, hot: det.inBurst || hot})
-		if len(det.hist) > histLen {
-			det.hist = det.hist[len(det.hist)-histLen:]
-		}
+		det.hist[len(det.hist)-1].hot = det.inBurst || hot
 	}
 
 	// The GPU time per launch, learned when NVML's whole window was calm.
@@ -446,11 +459,17 @@ func (g *GPU) demand(in Input, d *Decision) {
 	case det.inBurst:
 		// Held at the burst's peak until it is over: a quieter period inside a burst
 		// is noise, not the end.
-		now = math.Max(util, math.Max(rateEst, det.preBurst))
-		if wasBurst {
-			now = math.Max(now, det.peak)
+		// The launch rate of this period, or averaged over the burst so far if higher
+		// (a quieter period inside a burst is noise, not its end).
+		if !wasBurst {
+			det.burstN, det.burstT = 0, 0
 		}
-		det.peak = now
+		det.burstN += r * sec
+		det.burstT += sec
+		if g.costAvg > 0 && r >= 0 {
+			rateEst = clamp(g.costAvg*math.Max(r, det.burstN/det.burstT), 0, 1)
+		}
+		now = math.Max(util, math.Max(rateEst, det.preBurst))
 		d.Burst, d.Reason = true, ReasonBurst
 		if !wasBurst {
 			d.Detail = fmt.Sprintf("burst detected: %s; demand %s", rateText(), estText())
@@ -461,8 +480,13 @@ func (g *GPU) demand(in Input, d *Decision) {
 		now = math.Max(util, rateEst)
 		d.Detail = fmt.Sprintf("a burst outlasted %v: new calm rate %.0f launches/s; demand %s", MaxBurst, det.mu, estText())
 	case afterBurst && rateEst >= 0 && !in.Fallback:
-		// NVML's window still holds the burst: believe the launch rate.
-		now = math.Max(det.preBurst, rateEst)
+		// NVML's window still holds the burst: believe the launch rate (over the
+		// periods since it ended, at most EndPeriods+1).
+		// NVML's utilisation less the burst's excess GPU time still in its window is
+		// also kept (after a ramp rather than a spike it is the better estimate).
+		rateEst = clamp(g.costAvg*g.recentRate(EndPeriods+1), 0, 1)
+		clean := util - g.costAvg*g.burstExcess(UtilWindow+2*dt)/UtilWindow.Seconds()
+		now = math.Max(det.preBurst, math.Max(rateEst, clean))
 		d.Reason = ReasonBurstOver
 		d.Detail = fmt.Sprintf("burst over (%d calm periods): %s; demand %.0f%% (calm estimate before it %.0f%%; NVML still shows %.0f%%)",
 			EndPeriods, rateText(), 100*now, 100*det.preBurst, 100*util)
@@ -556,6 +580,33 @@ func (g *GPU) windowRate(w time.Duration) float64 {
 		return 0
 	}
 	return n / t
+}
+
+// recentRate is the launch rate over the latest k periods (0 without any).
+func (g *GPU) recentRate(k int) float64 {
+	var n, t float64
+	h := g.det.hist
+	for i := len(h) - 1; i >= 0 && i >= len(h)-k; i-- {
+		n += h[i].rate * h[i].dt
+		t += h[i].dt
+	}
+	if t == 0 {
+		return 0
+	}
+	return n / t
+}
+
+// burstExcess is the launches above the calm rate in the burst periods of the latest w.
+func (g *GPU) burstExcess(w time.Duration) float64 {
+	var n, t float64
+	h := g.det.hist
+	for i := len(h) - 1; i >= 0 && t < w.Seconds()-1e-9; i-- {
+		if h[i].hot {
+			n += math.Max(0, h[i].rate-g.det.mu) * h[i].dt
+		}
+		t += h[i].dt
+	}
+	return n
 }
 
 // windowCalm says no period in the latest w was part of a burst and that the history
