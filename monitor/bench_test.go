@@ -1,6 +1,8 @@
 package monitor
 
 import (
+	"fmt"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"testing"
 	"time"
@@ -23,18 +25,33 @@ func BenchmarkMachineStep(b *testing.B) {
 // BenchmarkPoll8GPUs is the monitor's own cost of one poll of an 8-GPU
 // node through the mock NVML (the driver's time comes on top; nvmlprobe
 // measures that on real hardware).
+// It also reports the NVML calls per GPU per sample (each a driver round trip on a real
+// node), for the schedule of issue 19 (slow=1s) and for reading everything every period
+// (slow=0, the schedule before it).
 func BenchmarkPoll8GPUs(b *testing.B) {
-	fn := newFakeNode(b, 8)
-	m, err := New(fn.srv, DefaultConfig(), newFakeClock(), quietLogger())
-	if err != nil {
-		b.Fatal(err)
+	for _, slow := range []time.Duration{0, time.Second} {
+		b.Run(fmt.Sprintf("slow=%v", slow), func(b *testing.B) {
+			fn := newFakeNode(b, 8)
+			var c CallCounter
+			cfg := DefaultConfig()
+			cfg.SlowPeriod = slow
+			clk := newFakeClock()
+			m, err := New(c.Wrap(fn.srv), cfg, clk, quietLogger())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			m.Poll()
+			c.Reset()
+			b.ReportAllocs()
+			for b.Loop() {
+				clk.advance(period)
+				m.Poll()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/8/float64(time.Microsecond), "µs/gpu")
+			b.ReportMetric(float64(c.Total())/float64(b.N)/8, "nvml-calls/gpu")
+		})
 	}
-	defer m.Close()
-	b.ReportAllocs()
-	for b.Loop() {
-		m.Poll()
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/8/float64(time.Microsecond), "µs/gpu")
 }
 
 // BenchmarkRawNVML8GPUs is the baseline for BenchmarkPoll8GPUs: the same

@@ -18,6 +18,20 @@ type Config struct {
 	// reaction to a burst under a quarter of a second with 2-sample debounce.
 	Period time.Duration
 
+	// SlowPeriod is how often the metrics no decision needs at once are read:
+	// temperature (it moves by degrees per second, and a GPU that overheats
+	// shows it every period in the thermal clock-event reasons, which are
+	// read every period), power and its limit (unless PowerSoftPercent makes
+	// power a decision input) and GPM SM activity (reported, not acted on;
+	// read this way it is the average over SlowPeriod). Between two reads
+	// every sample carries the latest values. Utilisation, memory, SM clock,
+	// clock-event reasons and the processes with their utilisation — what
+	// the health machine and the SM allocator decide on — are read every
+	// Period, and a lost GPU shows in any of them. 0 reads everything every
+	// period; a SlowPeriod shorter than Period
+	// means every period.
+	SlowPeriod time.Duration
+
 	// ClockSoftPercent: the SM clock below this percentage of the GPU's
 	// maximum SM clock, while NVML reports a power or thermal clock-event
 	// reason, counts as a soft breach. A clock that drops for idleness or an
@@ -100,6 +114,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Period:             100 * time.Millisecond,
+		SlowPeriod:         time.Second,
 		ClockSoftPercent:   85,
 		ClockClearPercent:  90,
 		TempSoftC:          83,
@@ -155,6 +170,9 @@ func (c Config) Validate() error {
 
 	if c.Period < minPeriod {
 		bad("period %v is below the minimum %v", c.Period, minPeriod)
+	}
+	if c.SlowPeriod < 0 {
+		bad("slow period %v must not be negative", c.SlowPeriod)
 	}
 	pct := func(name string, v float64) {
 		if v < 0 || v > 100 {

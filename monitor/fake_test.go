@@ -29,8 +29,10 @@ type fakeGPU struct {
 	usedMem    uint64
 	smActivity float64
 	gpm        bool
-	procs      []nvml.ProcessInfo
-	procUtil   []nvml.ProcessUtilizationSample
+	// noFields: nvmlDeviceGetFieldValues answers NOT_SUPPORTED (old drivers).
+	noFields bool
+	procs    []nvml.ProcessInfo
+	procUtil []nvml.ProcessUtilizationSample
 	// fail makes the named metric's NVML call return this code.
 	fail map[string]nvml.Return
 }
@@ -164,6 +166,28 @@ func (fn *fakeNode) install(i int, d *server.Device, f *fakeGPU) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.limit, f.ret(MetricPowerLimit)
+	}
+	d.GetFieldValuesFunc = func(vals []nvml.FieldValue) nvml.Return {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.noFields {
+			return nvml.ERROR_NOT_SUPPORTED
+		}
+		for i := range vals {
+			var v uint32
+			var r nvml.Return
+			switch vals[i].FieldId {
+			case nvml.FI_DEV_POWER_INSTANT:
+				v, r = f.power, f.ret(MetricPower)
+			case nvml.FI_DEV_POWER_CURRENT_LIMIT:
+				v, r = f.limit, f.ret(MetricPowerLimit)
+			default:
+				r = nvml.ERROR_NOT_SUPPORTED
+			}
+			vals[i].ValueType, vals[i].NvmlReturn = uint32(nvml.VALUE_TYPE_UNSIGNED_INT), uint32(r)
+			vals[i].Value = [8]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
+		}
+		return nvml.SUCCESS
 	}
 	d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) {
 		f.mu.Lock()

@@ -161,7 +161,7 @@ func New(lib nvml.Interface, cfg Config, clock Clock, log *slog.Logger) (*Monito
 		clock:   clock,
 		log:     log,
 		lib:     lib,
-		sampler: newSampler(lib, log),
+		sampler: newSampler(lib, log, cfg),
 		gpus:    gpus,
 		status:  make([]gpuState, len(gpus)),
 		elog:    eventLog{max: cfg.EventLogSize},

@@ -31,7 +31,9 @@ func TestSampleReadsEveryMetric(t *testing.T) {
 	})
 	m, clk := newTestMonitor(t, fn.srv, DefaultConfig())
 	m.Poll()
-	clk.advance(period)
+	// One slow period later, so that the slow metrics (GPM's SM activity
+	// among them) are read a second time.
+	clk.advance(DefaultConfig().SlowPeriod)
 	m.Poll()
 
 	snap := m.Snapshot()
@@ -40,7 +42,7 @@ func TestSampleReadsEveryMetric(t *testing.T) {
 	}
 	total := fn.srv.Devices[0].(*server.Device).MemoryInfo.Total
 	want := &Sample{
-		Time:                 t0.Add(period),
+		Time:                 t0.Add(DefaultConfig().SlowPeriod),
 		GPUUtilPercent:       ptr[uint32](40),
 		MemUtilPercent:       ptr[uint32](20),
 		SMActivityPercent:    ptr(33.5),
@@ -78,7 +80,7 @@ func TestSMActivityNeedsTwoGPMSamples(t *testing.T) {
 	}
 	for _, v := range []float64{12.5, 80} {
 		fn.gpus[0].set(func(f *fakeGPU) { f.smActivity = v })
-		clk.advance(period)
+		clk.advance(DefaultConfig().SlowPeriod)
 		m.Poll()
 		if got := m.Snapshot()[0].Sample.SMActivityPercent; got == nil || *got != v {
 			t.Errorf("SM activity = %v, want %v", got, v)

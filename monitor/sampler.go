@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 
@@ -28,11 +29,28 @@ type gpu struct {
 	gpmHave    bool // gpmPrev holds a sample
 	gpmQuery   *nvml.GpmMetricsGetType
 
+	// slowAt is when the slow metrics were last read (zero: never); slow
+	// holds what that read gave, carried into every sample until the next.
+	slowAt time.Time
+	slow   slowReading
+
 	procLastSeen uint64 // newest process-utilisation timestamp seen (µs)
 	// procUtil keeps each running process's latest utilisation: NVML
 	// refreshes it every 1/6 s or so, so many polls bring nothing new.
 	procUtil map[uint32]nvml.ProcessUtilizationSample
 }
+
+// slowReading is the part of a sample read every Config.SlowPeriod.
+type slowReading struct {
+	temp, power, limit *uint32
+	smActivity         *float64
+	unsupported        []string
+	errors             map[string]string
+}
+
+// powerFields (board power and its current limit, in mW) are read together through one
+// nvmlDeviceGetFieldValues call where the driver offers them.
+var powerFields = [2]uint32{nvml.FI_DEV_POWER_INSTANT, nvml.FI_DEV_POWER_CURRENT_LIMIT}
 
 // sampler reads metrics from NVML. It holds no lock: one goroutine (the
 // monitor's poll loop) drives it.
@@ -50,12 +68,28 @@ type sampler struct {
 	// tempOld / tempV: nvmlDeviceGetTemperature (deprecated in NVML 13)
 	// and its replacement nvmlDeviceGetTemperatureV (R550+).
 	tempOld, tempV bool
+	// fieldValues: nvmlDeviceGetFieldValues answered the power fields
+	// once; cleared for good when it does not.
+	fieldValues bool
+
+	// slowPeriod: see Config.SlowPeriod (0: every sample reads everything).
+	slowPeriod time.Duration
+	// fastPower: power is a decision input (Config.PowerSoftPercent), so it
+	// is read every period.
+	fastPower bool
 }
 
-func newSampler(lib nvml.Interface, log *slog.Logger) *sampler {
+func newSampler(lib nvml.Interface, log *slog.Logger, cfg Config) *sampler {
+	slow := cfg.SlowPeriod
+	if slow <= cfg.Period {
+		slow = 0
+	}
 	return &sampler{
 		lib:             lib,
 		log:             log,
+		fieldValues:     hasSymbol(lib, "nvmlDeviceGetFieldValues"),
+		slowPeriod:      slow,
+		fastPower:       cfg.PowerSoftPercent > 0,
 		eventReasons:    hasSymbol(lib, "nvmlDeviceGetCurrentClocksEventReasons"),
 		throttleReasons: hasSymbol(lib, "nvmlDeviceGetCurrentClocksThrottleReasons"),
 		gpmSymbols:      hasSymbol(lib, "nvmlGpmQueryDeviceSupport") && hasSymbol(lib, "nvmlGpmMetricsGet"),
@@ -179,22 +213,6 @@ func (sm *sampler) sample(g *gpu, now time.Time) *Sample {
 	if r.call(MetricMemory, func() (ret nvml.Return) { mem, ret = d.GetMemoryInfo(); return }) {
 		r.s.MemoryUsedBytes, r.s.MemoryTotalBytes = ptr(mem.Used), ptr(mem.Total)
 	}
-	var temp uint32
-	if r.call(MetricTemperature, func() (ret nvml.Return) {
-		switch {
-		case sm.tempOld:
-			temp, ret = d.GetTemperature(nvml.TEMPERATURE_GPU)
-		case sm.tempV: // only real NVML can lack the old name
-			var t nvml.Temperature
-			t, ret = d.GetTemperatureV().V1()
-			temp = uint32(max(t.Temperature, 0))
-		default:
-			ret = nvml.ERROR_FUNCTION_NOT_FOUND
-		}
-		return
-	}) {
-		r.s.TemperatureC = ptr(temp)
-	}
 	var clk uint32
 	if r.call(MetricSMClock, func() (ret nvml.Return) { clk, ret = d.GetClockInfo(nvml.CLOCK_SM); return }) {
 		r.s.SMClockMHz = ptr(clk)
@@ -220,15 +238,19 @@ func (sm *sampler) sample(g *gpu, now time.Time) *Sample {
 	}) {
 		r.s.ClockEventReasons = ptr(reasons)
 	}
-	var power, limit uint32
-	if r.call(MetricPower, func() (ret nvml.Return) { power, ret = d.GetPowerUsage(); return }) {
-		r.s.PowerMilliwatts = ptr(power)
-	}
-	if r.call(MetricPowerLimit, func() (ret nvml.Return) { limit, ret = d.GetEnforcedPowerLimit(); return }) {
-		r.s.PowerLimitMilliwatts = ptr(limit)
-	}
-	sm.sampleGPM(g, &r)
 	sm.sampleProcesses(g, &r)
+	if sm.fastPower {
+		sm.samplePower(g, &r)
+	}
+	if !r.s.Lost && (g.slowAt.IsZero() || sm.slowPeriod == 0 || now.Sub(g.slowAt) >= sm.slowPeriod || now.Before(g.slowAt)) {
+		sm.sampleSlow(g, &r)
+		g.slowAt = now
+	}
+	if r.s.Lost {
+		// Whatever was read before the loss is stale once the GPU is back.
+		g.slow, g.slowAt = slowReading{}, time.Time{}
+	}
+	g.slow.apply(&r)
 
 	// A lost GPU makes every later call fail the same way; the partial
 	// readings from before the loss are stale, so drop them.
@@ -236,6 +258,108 @@ func (sm *sampler) sample(g *gpu, now time.Time) *Sample {
 		return &Sample{Time: now, Lost: true, Errors: r.s.Errors}
 	}
 	return r.s
+}
+
+// sampleSlow reads the metrics of Config.SlowPeriod into g.slow: what
+// each sample carries until the next slow read.
+func (sm *sampler) sampleSlow(g *gpu, parent *reading) {
+	r := reading{s: &Sample{}}
+	d := g.handle
+	var temp uint32
+	if r.call(MetricTemperature, func() (ret nvml.Return) {
+		switch {
+		case sm.tempOld:
+			temp, ret = d.GetTemperature(nvml.TEMPERATURE_GPU)
+		case sm.tempV: // only real NVML can lack the old name
+			var t nvml.Temperature
+			t, ret = d.GetTemperatureV().V1()
+			temp = uint32(max(t.Temperature, 0))
+		default:
+			ret = nvml.ERROR_FUNCTION_NOT_FOUND
+		}
+		return
+	}) {
+		r.s.TemperatureC = ptr(temp)
+	}
+	if !sm.fastPower {
+		sm.samplePower(g, &r)
+	}
+	sm.sampleGPM(g, &r)
+	if r.s.Lost {
+		parent.s.Lost = true
+		for m, e := range r.s.Errors {
+			parent.fail(m, e)
+		}
+	}
+	g.slow = slowReading{temp: r.s.TemperatureC, power: r.s.PowerMilliwatts, limit: r.s.PowerLimitMilliwatts,
+		smActivity: r.s.SMActivityPercent, unsupported: r.s.Unsupported, errors: r.s.Errors}
+}
+
+// apply copies the slow metrics into the sample being read.
+func (sr *slowReading) apply(r *reading) {
+	if r.s.Lost {
+		return
+	}
+	r.s.TemperatureC, r.s.SMActivityPercent = sr.temp, sr.smActivity
+	if sr.power != nil {
+		r.s.PowerMilliwatts = sr.power
+	}
+	if sr.limit != nil {
+		r.s.PowerLimitMilliwatts = sr.limit
+	}
+	for _, m := range sr.unsupported {
+		r.unsupported(m)
+	}
+	for m, e := range sr.errors {
+		r.fail(m, e)
+	}
+}
+
+// samplePower reads board power and the enforced limit: in one
+// nvmlDeviceGetFieldValues call where the driver answers it, else one
+// call each.
+func (sm *sampler) samplePower(g *gpu, r *reading) {
+	d := g.handle
+	if sm.fieldValues {
+		vals := []nvml.FieldValue{{FieldId: powerFields[0]}, {FieldId: powerFields[1]}}
+		ret, panicked := safeCall(func() nvml.Return { return d.GetFieldValues(vals) })
+		if panicked == "" && ret == nvml.SUCCESS && nvml.Return(vals[0].NvmlReturn) == nvml.SUCCESS && nvml.Return(vals[1].NvmlReturn) == nvml.SUCCESS {
+			r.s.PowerMilliwatts = ptr(fieldUint32(vals[0]))
+			r.s.PowerLimitMilliwatts = ptr(fieldUint32(vals[1]))
+			return
+		}
+		if ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_RESET_REQUIRED {
+			r.call(MetricPower, func() nvml.Return { return ret })
+			return
+		}
+		unsupported := func(r nvml.Return) bool { return r == nvml.ERROR_NOT_SUPPORTED || r == nvml.ERROR_FUNCTION_NOT_FOUND }
+		if panicked != "" || unsupported(ret) || unsupported(nvml.Return(vals[0].NvmlReturn)) || unsupported(nvml.Return(vals[1].NvmlReturn)) {
+			// The driver does not answer these fields: ask the old way from now on.
+			sm.fieldValues = false
+		}
+	}
+	var power, limit uint32
+	if r.call(MetricPower, func() (ret nvml.Return) { power, ret = d.GetPowerUsage(); return }) {
+		r.s.PowerMilliwatts = ptr(power)
+	}
+	if r.call(MetricPowerLimit, func() (ret nvml.Return) { limit, ret = d.GetEnforcedPowerLimit(); return }) {
+		r.s.PowerLimitMilliwatts = ptr(limit)
+	}
+}
+
+// fieldUint32 reads a field value's number whatever its declared type.
+func fieldUint32(v nvml.FieldValue) uint32 {
+	b := v.Value
+	u32 := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+	switch nvml.ValueType(v.ValueType) {
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		u64 := uint64(u32) | uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+		return uint32(min(u64, math.MaxUint32))
+	case nvml.VALUE_TYPE_DOUBLE:
+		u64 := uint64(u32) | uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+		return uint32(max(0, min(math.Float64frombits(u64), math.MaxUint32)))
+	}
+	return u32
 }
 
 // sampleGPM reads SM activity from GPU Performance Monitoring: the
