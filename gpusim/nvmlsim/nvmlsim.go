@@ -237,7 +237,18 @@ type EventSet struct {
 	mask map[int]uint64 // device -> registered event types
 	last map[int]uint64 // device -> last Xid sequence delivered
 	q    []nvml.EventData
+	// seq is the last Xid sequence delivered on any device (sequence numbers
+	// are node-wide), for the one-call poll of every device; perDevice is
+	// set when gpusimd does not know that call (an older one).
+	seq       uint64
+	perDevice bool
 }
+
+// pollEvery is how often Wait asks gpusimd for new Xids. On real hardware
+// nvmlEventSetWait blocks in the driver at no cost; here each poll is a
+// request, so it is as rare as still lets a consumer sampling every 100 ms
+// see a fault within its period.
+const pollEvery = 50 * time.Millisecond
 
 // Free releases the set.
 func (e *EventSet) Free() nvml.Return { return nvml.SUCCESS }
@@ -262,7 +273,7 @@ func (e *EventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 		if !time.Now().Before(deadline) {
 			return nvml.EventData{}, nvml.ERROR_TIMEOUT
 		}
-		time.Sleep(min(20*time.Millisecond, time.Until(deadline)))
+		time.Sleep(min(pollEvery, time.Until(deadline)))
 	}
 }
 
@@ -270,22 +281,47 @@ func (e *EventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 func (e *EventSet) poll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if len(e.mask) == 0 {
+		return
+	}
+	if !e.perDevice {
+		// One request for every device.
+		xs, err := e.l.c.Xids(ctx, -1, e.seq)
+		if err == nil {
+			for _, x := range xs {
+				e.seq = max(e.seq, x.Seq)
+				if mask, ok := e.mask[x.Device]; ok && x.Seq > e.last[x.Device] {
+					e.deliver(x.Device, mask, x)
+				}
+			}
+			return
+		}
+		if !strings.Contains(err.Error(), "does not exist") {
+			return
+		}
+		e.perDevice = true // an older gpusimd: one request per device
+	}
 	for dev, mask := range e.mask {
 		xs, err := e.l.c.Xids(ctx, dev, e.last[dev])
 		if err != nil {
 			continue
 		}
 		for _, x := range xs {
-			e.last[dev] = x.Seq
-			typ := uint64(nvml.EventTypeXidCriticalError)
-			if x.Xid == 48 {
-				typ = uint64(nvml.EventTypeDoubleBitEccError)
-			}
-			if mask&typ == 0 {
-				continue
-			}
-			e.q = append(e.q, nvml.EventData{Device: &Device{l: e.l, index: dev}, EventType: typ,
-				EventData: uint64(x.Xid), GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF})
+			e.deliver(dev, mask, x)
 		}
 	}
+}
+
+// deliver queues one Xid of dev as an NVML event if mask asks for its type; e.mu held.
+func (e *EventSet) deliver(dev int, mask uint64, x simclient.XidEvent) {
+	e.last[dev] = x.Seq
+	typ := uint64(nvml.EventTypeXidCriticalError)
+	if x.Xid == 48 {
+		typ = uint64(nvml.EventTypeDoubleBitEccError)
+	}
+	if mask&typ == 0 {
+		return
+	}
+	e.q = append(e.q, nvml.EventData{Device: &Device{l: e.l, index: dev}, EventType: typ,
+		EventData: uint64(x.Xid), GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF})
 }

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -120,18 +122,30 @@ func (s *Sim) SetPowerLimit(dev int, watts float64) error {
 }
 
 // Xids returns the device's Xid events with Seq > after.
+//
+// A negative dev means every device (one call instead of one per device, in
+// sequence order): what a watcher of the whole node asks.
 func (s *Sim) Xids(dev int, after uint64) ([]XidEvent, error) {
-	d := s.Device(dev)
-	if d == nil {
-		return nil, fmt.Errorf("device %d does not exist", dev)
+	devs := s.devs
+	if dev >= 0 {
+		d := s.Device(dev)
+		if d == nil {
+			return nil, fmt.Errorf("device %d does not exist", dev)
+		}
+		devs = []*Device{d}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []XidEvent
-	for _, e := range d.xids {
-		if e.Seq > after {
-			out = append(out, e)
+	for _, d := range devs {
+		for _, e := range d.xids {
+			if e.Seq > after {
+				out = append(out, e)
+			}
 		}
+	}
+	if len(devs) > 1 {
+		slices.SortFunc(out, func(a, b XidEvent) int { return cmp.Compare(a.Seq, b.Seq) })
 	}
 	return out, nil
 }
