@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -55,7 +56,7 @@ func (pl Plan) Modifiers() (List, error) {
 		EnvClass:        string(c.Class),
 	}
 	if p.Hook.FailClosed {
-		env[EnvFailPolicy] = "closed"
+		env[EnvFailPolicy] = ctlblock.EnvFailPolicyClosed
 	}
 	if c.Class == api.Offline {
 		env[EnvDrainTimeout] = strconv.Itoa(drainTimeout(p.Evict.Grace.D()))

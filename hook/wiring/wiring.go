@@ -12,23 +12,27 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 )
 
-// Paths inside the container, as libxcuda/README.md's mount contract fixes them.
+// Paths inside the container. Those libxcuda reads are ctlblock's, which mirrors
+// libxcuda/include (the source) and is checked against it by ctlblock's tests; see the
+// mount contract in docs/architecture.md.
 const (
 	// ContainerRoot holds what muxflow mounts under the runtime's /run.
-	ContainerRoot = "/run/muxflow"
+	ContainerRoot = ctlblock.ContainerRoot
 	// ContainerMPSDir is where the host's MPS pipe directory appears.
-	ContainerMPSDir = ContainerRoot + "/mps"
+	ContainerMPSDir = ctlblock.ContainerMPSDir
 	// ContainerControlDir is where libxcuda looks for the control block's two files.
-	ContainerControlDir = ContainerRoot + "/ctl"
+	ContainerControlDir = ctlblock.ContainerDir
 	// ContainerLimits is the limits file (read-only: only muxd writes it).
-	ContainerLimits = ContainerControlDir + "/limits"
+	ContainerLimits = ContainerControlDir + "/" + ctlblock.LimitsFile
 	// ContainerUsage is the usage file (read-write: libxcuda writes it).
-	ContainerUsage = ContainerControlDir + "/usage"
+	ContainerUsage = ContainerControlDir + "/" + ctlblock.UsageFile
 	// ContainerSignal is the node's GPU signal page (online-aware gating): read-write in
 	// online containers, read-only in offline ones.
-	ContainerSignal = ContainerRoot + "/signal"
+	ContainerSignal = ctlblock.ContainerSignal
 	// ContainerLib is where libxcuda.so appears (read-only).
 	ContainerLib = "/usr/lib/muxflow/libxcuda.so"
 	// PreloadPath is the dynamic loader's list of libraries loaded into every process.
@@ -37,16 +41,17 @@ const (
 
 // Environment variables set in GPU containers.
 const (
-	EnvMPSPipe       = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvThreadPercent = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSPipe       = ctlblock.EnvMPSPipe
+	EnvThreadPercent = ctlblock.EnvMPSThreadPercentage
 	// EnvControlBlock tells libxcuda the directory of its control block.
-	EnvControlBlock = "XCUDA_CONTROL_BLOCK"
-	// EnvFailPolicy is "closed" when libxcuda must refuse GPU work without a control block.
-	EnvFailPolicy = "XCUDA_FAIL_POLICY"
+	EnvControlBlock = ctlblock.EnvDir
+	// EnvFailPolicy is "closed" (ctlblock.EnvFailPolicyClosed) when libxcuda must refuse
+	// GPU work without a control block.
+	EnvFailPolicy = ctlblock.EnvFailPolicy
 	// EnvDrainTimeout bounds libxcuda's drain after SIGTERM (whole seconds); it is set
 	// below the eviction grace period so that a drain on a hung GPU ends with the
 	// signal's own action rather than muxd's SIGKILL.
-	EnvDrainTimeout = "XCUDA_DRAIN_TIMEOUT"
+	EnvDrainTimeout = ctlblock.EnvDrainTimeout
 	EnvContainerID  = "MUXFLOW_CONTAINER_ID"
 	EnvClass        = "MUXFLOW_CLASS"
 )

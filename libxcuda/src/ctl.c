@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "xcuda.h"
+#include "xcuda_env.h"
 
 struct xc_state xc;
 _Atomic int xc_stopping;
@@ -258,22 +259,23 @@ void xc_release_slot(void)
  * what the server allows, so they are an out-of-process backstop. */
 static void export_mps_env(void)
 {
-    /* The hook mounts the node's MPS pipe directory here and sets the variable in
-     * the container's spec; processes started another way (kubectl exec) inherit
-     * no spec environment but still load libxcuda through /etc/ld.so.preload. */
-    static const char mps_dir[] = "/run/muxflow/mps";
+    /* muxd's wiring mounts the node's MPS pipe directory here and sets the
+     * variable in the container's spec; processes started another way
+     * (kubectl exec) inherit no spec environment but still load libxcuda
+     * through /etc/ld.so.preload. */
+    static const char mps_dir[] = XCUDA_MPS_DIR;
     struct stat st;
-    if (getenv("CUDA_MPS_PIPE_DIRECTORY") == NULL && stat(mps_dir, &st) == 0 && S_ISDIR(st.st_mode))
-        setenv("CUDA_MPS_PIPE_DIRECTORY", mps_dir, 0);
+    if (getenv(XCUDA_ENV_MPS_PIPE) == NULL && stat(mps_dir, &st) == 0 && S_ISDIR(st.st_mode))
+        setenv(XCUDA_ENV_MPS_PIPE, mps_dir, 0);
     const xcuda_limits *l = xc.lim;
     uint32_t pct = XC_LOAD(&l->mps_active_thread_pct);
     if (pct > 0 && pct <= 100) {
-        const char *cur = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+        const char *cur = getenv(XCUDA_ENV_MPS_THREAD_PERCENTAGE);
         long have = cur ? strtol(cur, NULL, 10) : 0;
         if (have <= 0 || have > (long)pct) {
             char v[16];
             snprintf(v, sizeof v, "%u", pct);
-            setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v, 1);
+            setenv(XCUDA_ENV_MPS_THREAD_PERCENTAGE, v, 1);
         }
     }
     char buf[XCUDA_MAX_DEVICES * 32];
@@ -292,7 +294,7 @@ static void export_mps_env(void)
         n += (size_t)w;
     }
     if (n > 0)
-        setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", buf, 1);
+        setenv(XCUDA_ENV_MPS_PINNED_MEM, buf, 1);
 }
 
 /* Slots are claimed on first CUDA use, not at load: every process of the
@@ -330,10 +332,10 @@ __attribute__((constructor)) static void xc_init(void)
 {
     const char *v = getenv("XCUDA_DEBUG");
     debug = v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
-    v = getenv("XCUDA_DRAIN_TIMEOUT");
+    v = getenv(XCUDA_ENV_DRAIN_TIMEOUT);
     if (v != NULL) {
         long t = strtol(v, NULL, 10);
-        if (t >= 1 && t <= 3600)
+        if (t >= 1 && t <= XCUDA_DRAIN_TIMEOUT_MAX)
             xc_drain_timeout_s = (int)t;
     }
     v = getenv("XCUDA_REAL_LIBCUDA");
@@ -344,7 +346,7 @@ __attribute__((constructor)) static void xc_init(void)
     if (dir == NULL || dir[0] == '\0')
         dir = XCUDA_DEFAULT_DIR;
     const char *pol = getenv(XCUDA_ENV_FAIL_POLICY);
-    int closed_if_missing = pol != NULL && strcmp(pol, "closed") == 0;
+    int closed_if_missing = pol != NULL && strcmp(pol, XCUDA_FAIL_POLICY_CLOSED) == 0;
 
     const xcuda_limits *lim = map_file(dir, XCUDA_LIMITS_FILE, sizeof(xcuda_limits), 0);
     xcuda_usage *use = map_file(dir, XCUDA_USAGE_FILE, sizeof(xcuda_usage), 1);
