@@ -225,9 +225,13 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		if len(why) == 0 {
 			why = append(why, "-")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%v\t%.0f%%\t%s\t%s\t%s\t%.0f%%\t%s\n", g.Index, g.UUID, g.Name,
+		demand := fmt.Sprintf("%.0f%%", g.OnlineDemand)
+		if g.Burst {
+			demand += " (burst)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%v\t%.0f%%\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name,
 			policy.Bytes(g.MemoryTotal), policy.Bytes(g.MemoryUsed), g.Utilization, act, g.Health,
-			ceiling, g.OnlineDemand, strings.Join(why, "; "))
+			ceiling, demand, strings.Join(why, "; "))
 	}
 	if len(st.GPUs) == 0 {
 		fmt.Fprintln(tw, "-\t(no GPUs)\t\t\t")
