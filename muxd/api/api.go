@@ -37,6 +37,17 @@ import (
 // Prefix is the versioned path prefix of every endpoint.
 const Prefix = "/v1"
 
+// Paths that muxflow-runtime and muxflow-hook (C, hook/native/src/muxdcall.h) call too;
+// hook/wrapper's TestNativeConstants compares the two.
+const (
+	// RuntimeCreatePath is muxflow-runtime's create request (POST, config.json).
+	RuntimeCreatePath = Prefix + "/runtime/create"
+	// RuntimeHooksPath, followed by create-runtime or poststop, takes an OCI state (POST).
+	RuntimeHooksPath = Prefix + "/runtime/hooks/"
+	// ContainersPath, followed by a container id, is one registered container.
+	ContainersPath = Prefix + "/containers/"
+)
+
 // DefaultSocket is where muxd listens unless the policy says otherwise.
 const DefaultSocket = "/run/muxflow/muxd.sock"
 

@@ -36,8 +36,8 @@ func (d *Daemon) runtimeRoutes(mux *http.ServeMux) {
 			d.replyRaw(w, pattern, code, body, err)
 		})
 	}
-	handle("POST "+api.Prefix+"/runtime/create", d.runtimeCreate)
-	handle("POST "+api.Prefix+"/runtime/hooks/{hook}", d.runtimeHook)
+	handle("POST "+api.RuntimeCreatePath, d.runtimeCreate)
+	handle("POST "+api.RuntimeHooksPath+"{hook}", d.runtimeHook)
 }
 
 // runtimeCreate answers muxflow-runtime's create request: the query names the container

@@ -66,7 +66,7 @@ func (d *Daemon) routes() http.Handler {
 		c, err := d.startContainer(r.PathValue("id"), req.PID)
 		return statusOf(err, 200), c, err
 	})
-	handle("DELETE "+p+"/containers/{id}", d.unregister)
+	handle("DELETE "+api.ContainersPath+"{id}", d.unregister)
 	d.runtimeRoutes(mux)
 	handle("GET "+p+"/events", func(r *http.Request) (int, any, error) {
 		if d.mon == nil {

@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 			fail("muxflow-hook %s: container state is larger than %d bytes", cmd, MAX_STATE);
 	}
 
-	snprintf(target, sizeof target, "/v1/runtime/hooks/%s", cmd);
+	snprintf(target, sizeof target, MUXD_PATH_HOOKS "%s", cmd);
 	struct muxd_request req = {.socket = socket, .timeout_ns = timeout_ns, .method = "POST",
 				   .target = target, .body = state, .body_len = got};
 	bool stop = strcmp(cmd, "poststop") == 0;

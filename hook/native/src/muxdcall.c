@@ -209,7 +209,7 @@ void muxd_unregister(const char *socket, int64_t timeout_ns, const char *id)
 
 	if (!target)
 		return;
-	strcpy(target, "/v1/containers/");
+	strcpy(target, MUXD_PATH_CONTAINERS);
 	pct_encode(id, n, target + strlen(target));
 	struct muxd_request req = {.socket = socket, .timeout_ns = timeout_ns, .method = "DELETE",
 				   .target = target};

@@ -33,6 +33,13 @@ struct muxd_reply {
 	bool connected; /* the request may have reached muxd */
 };
 
+/* muxd's endpoints that the C programs call; the Go side is muxd/api
+ * (RuntimeCreatePath, RuntimeHooksPath, ContainersPath), and hook/wrapper's
+ * TestNativeConstants compiles this header and compares. */
+#define MUXD_PATH_CREATE "/v1/runtime/create"
+#define MUXD_PATH_HOOKS "/v1/runtime/hooks/" /* + create-runtime or poststop */
+#define MUXD_PATH_CONTAINERS "/v1/containers/" /* + the percent-encoded id */
+
 /* MUXD_MAX_RESPONSE bounds what is read; muxd's largest answer is a
  * config.json (at most 16 MiB) with headers. */
 #define MUXD_MAX_RESPONSE (32u << 20)

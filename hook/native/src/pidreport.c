@@ -161,7 +161,7 @@ static int report(const struct pidreport_target *t, pid_t pid, char *msg, size_t
 	w += json_escape(t->id, n, body + w);
 	sprintf(body + w, "\",\"pid\":%d}", (int)pid);
 	struct muxd_request req = {.socket = t->socket, .timeout_ns = t->timeout_ns, .method = "POST",
-				   .target = "/v1/runtime/hooks/create-runtime", .body = body,
+				   .target = MUXD_PATH_HOOKS "create-runtime", .body = body,
 				   .body_len = strlen(body)};
 	enum muxd_outcome o = muxd_call(&req, &reply, err, sizeof err);
 	if (o != MUXD_ANSWERED) {

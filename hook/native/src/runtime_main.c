@@ -126,7 +126,7 @@ static char *create_target(const char *hook)
 		cap += 3 * strlen(vals[i]) + strlen(keys[i]);
 	if (!(t = malloc(cap)))
 		return NULL;
-	w = (size_t)sprintf(t, "/v1/runtime/create");
+	w = (size_t)sprintf(t, MUXD_PATH_CREATE);
 	for (int i = 0; i < nvals; i++) {
 		w += (size_t)sprintf(t + w, "%s", keys[i]);
 		w += pct_encode(vals[i], strlen(vals[i]), t + w);

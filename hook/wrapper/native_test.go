@@ -1,0 +1,102 @@
+package wrapper
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// TestNativeConstants compiles hook/native's headers with gcc and fails when a name, path
+// or bound that muxflow-runtime and muxflow-hook (C) share with the Go side differs from
+// the Go value: the policy's defaults and bounds, the wrapper's environment and file
+// names, and muxd's endpoints. The Go values are the source.
+func TestNativeConstants(t *testing.T) {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Fatalf("gcc is needed to check hook/native's headers against the Go side (install gcc): %v", err)
+	}
+	def := policy.Default()
+	if def.Node.Socket != api.DefaultSocket {
+		t.Errorf("the default policy's socket %q is not api.DefaultSocket %q", def.Node.Socket, api.DefaultSocket)
+	}
+	want := map[string]string{
+		"POLICY_ENV":             PolicyEnv,
+		"POLICY_DEFAULT_PATH":    policy.DefaultPath,
+		"POLICY_DEFAULT_RUNTIME": def.Hook.Runtime,
+		"POLICY_DEFAULT_SOCKET":  def.Node.Socket,
+		"POLICY_DEFAULT_TIMEOUT": def.Hook.Timeout.D().String(),
+		"POLICY_MAX_TIMEOUT_NS":  strconv.FormatInt(maxHookTimeout(t).Nanoseconds(), 10) + "LL",
+		"HOOK_NAME":              HookName,
+		"WRAPPER_NAME":           "muxflow-wrapper",
+		"MUXD_PATH_CREATE":       api.RuntimeCreatePath,
+		"MUXD_PATH_HOOKS":        api.RuntimeHooksPath,
+		"MUXD_PATH_CONTAINERS":   api.ContainersPath,
+	}
+	_, self, _, _ := runtime.Caller(0)
+	hookDir := filepath.Join(filepath.Dir(self), "..")
+	if _, err := os.Stat(filepath.Join(hookDir, "cmd", want["WRAPPER_NAME"])); err != nil {
+		t.Errorf("WRAPPER_NAME names no program under hook/cmd: %v", err)
+	}
+	var src strings.Builder
+	src.WriteString("#include <stdio.h>\n#include \"policyscan.h\"\n#include \"execpath.h\"\n#include \"muxdcall.h\"\n" +
+		"#define S_(x) #x\n#define S(x) S_(x)\nint main(void) {\n")
+	for name := range want {
+		fmt.Fprintf(&src, "printf(\"%%s=%%s\\n\", %q, _Generic((%s), char *: (%s), default: S(%s)));\n", name, name, name, name)
+	}
+	src.WriteString("return 0;\n}\n")
+	dir := t.TempDir()
+	cfile := filepath.Join(dir, "native.c")
+	if err := os.WriteFile(cfile, []byte(src.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "native")
+	include := filepath.Join(hookDir, "native", "src")
+	if out, err := exec.Command(gcc, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror", "-I", include, "-o", bin, cfile).CombinedOutput(); err != nil {
+		t.Fatalf("compile probe: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatalf("run probe: %v", err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hook/native/src drifted from the Go side (-go +c):\n%s", diff)
+	}
+}
+
+// maxHookTimeout finds the largest hook.timeout the policy accepts (its bound is in the
+// validation, not a constant), by bisection over whole milliseconds.
+func maxHookTimeout(t *testing.T) time.Duration {
+	accepts := func(ms int64) bool {
+		_, err := policy.Parse([]byte(fmt.Sprintf("[hook]\ntimeout = \"%dms\"\n", ms)), "probe")
+		return err == nil
+	}
+	lo, hi := int64(1), int64(24*3600*1000)
+	if !accepts(lo) || accepts(hi) {
+		t.Fatalf("cannot bracket the policy's hook.timeout bound")
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if accepts(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return time.Duration(lo) * time.Millisecond
+}
