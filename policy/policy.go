@@ -184,6 +184,15 @@ type Hold struct {
 	// Period and Max bound the waiting: at most Max of every Period is spent holding.
 	Period Duration `toml:"period"`
 	Max    Percent  `toml:"max"`
+	// Queue bounds what an offline process keeps outstanding on the GPU while online
+	// work was active there within the last 100ms: launches in flight times its measured
+	// GPU time per launch stay within Queue (one launch always goes). Held launches
+	// cannot take back SMs, so this is what an online request can find ahead of it.
+	Queue Duration `toml:"queue"`
+	// Ahead: when the online requests on a GPU arrive at a regular pace, an offline
+	// launch that would still run when the next one is due waits for it (within the
+	// same budget).
+	Ahead bool `toml:"ahead"`
 }
 
 // Validate checks every value's range and the relations between values. Errors name the
@@ -331,6 +340,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.Hold.Max < 0 || p.Hold.Max > 95 {
 		add("hold.max", "must be between 0%% and 95%% (offline work must keep progressing), got %v%%", float64(p.Hold.Max))
+	}
+	if q := p.Hold.Queue.D(); q < 1e3 || q > 100e6 {
+		add("hold.queue", "must be between 1us and 100ms, got %v", q)
 	}
 	if len(errs) == 0 {
 		return nil

@@ -65,6 +65,8 @@ func TestParseErrors(t *testing.T) {
 		{"relative path", "[node]\n\nstate_dir = \"rel/dir\"\n", []string{"line 3", "node.state_dir", "absolute"}},
 		{"unclean path", "[node]\nsocket = \"/run/../etc/x\"\n", []string{"node.socket", "clean absolute"}},
 		{"enum", "[alloc]\nmode = \"greedy\"\n", []string{"line 2", "alloc.mode", `"greedy"`}},
+		{"range: hold queue", "[hold]\nqueue = \"0s\"\n", []string{"line 2", "hold.queue", "between 1us and 100ms"}},
+		{"type: hold ahead", "[hold]\nahead = \"yes\"\n", []string{"line 2", "hold.ahead"}},
 		{"class default", "[classify]\ndefault = \"batch\"\n", []string{"classify.default"}},
 		{"annotation key", "[classify]\nclass_annotation = \"a b\"\n", []string{"classify.class_annotation"}},
 		{"bool as int", "[errors]\nrestart_mps = 1\n", []string{"line 2", "errors.restart_mps"}},

@@ -75,6 +75,13 @@ type Signal struct {
 	// 9500 and the period at 1ms..1s whatever is written).
 	HoldPeriod time.Duration
 	HoldMaxBP  uint32
+	// Queue bounds an offline process's outstanding GPU time (launches in flight x its
+	// measured GPU time per launch; one launch always goes) while online work was active
+	// on its GPUs within the last 100ms (0 = default 300us, at most QueueMax).
+	Queue time.Duration
+	// Ahead: hold an offline launch that would still run when the next request of a
+	// regular online service is due (AheadDefault = on).
+	Ahead HoldAhead
 }
 
 // Unlimited returns limits that let everything through.
@@ -105,6 +112,10 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("hold period %v is outside %v..%v", l.Signal.HoldPeriod, HoldPeriodMin, HoldPeriodMax)
 	case l.Signal.HoldMaxBP > HoldMaxBPCap:
 		return fmt.Errorf("hold share %d basis points is above %d", l.Signal.HoldMaxBP, HoldMaxBPCap)
+	case l.Signal.Queue < 0 || l.Signal.Queue > QueueMax:
+		return fmt.Errorf("hold queue %v is outside 0..%v", l.Signal.Queue, QueueMax)
+	case l.Signal.Ahead > AheadOff:
+		return fmt.Errorf("unknown hold-ahead setting %d", l.Signal.Ahead)
 	}
 	return nil
 }
@@ -131,6 +142,9 @@ type Usage struct {
 	// OnlineHeld is the time launches waited because online work was published on the
 	// container's GPUs (part of Throttled).
 	OnlineHeld time.Duration
+	// AheadHeld is the part of OnlineHeld spent holding ahead of a predicted online
+	// request (Signal.Ahead).
+	AheadHeld time.Duration
 	// StickyErrors counts context-destroying errors the driver returned to the
 	// container's processes (seen at synchronisation); LastSticky is the latest
 	// CUresult and LastStickyAt when it was seen.
@@ -460,6 +474,8 @@ func fillLimits(r *rawLimits, l Limits) {
 	r.HoldWindowNS = uint64(l.Signal.HoldWindow)
 	r.HoldPeriodNS = uint64(l.Signal.HoldPeriod)
 	r.HoldMaxBP = l.Signal.HoldMaxBP
+	r.QueueNS = uint64(l.Signal.Queue)
+	r.HoldAhead = uint32(l.Signal.Ahead)
 	for d := range MaxDevices {
 		r.MemLimit[d] = at(l.MemoryBytes, d)
 		r.MPSPinnedLimit[d] = at(l.MPSPinnedMemBytes, d)
@@ -481,6 +497,8 @@ func storeLimits(r *rawLimits, l Limits) {
 	atomic.StoreUint64(&r.HoldWindowNS, n.HoldWindowNS)
 	atomic.StoreUint64(&r.HoldPeriodNS, n.HoldPeriodNS)
 	atomic.StoreUint32(&r.HoldMaxBP, n.HoldMaxBP)
+	atomic.StoreUint64(&r.QueueNS, n.QueueNS)
+	atomic.StoreUint32(&r.HoldAhead, n.HoldAhead)
 	for d := range MaxDevices {
 		atomic.StoreUint64(&r.MemLimit[d], n.MemLimit[d])
 		atomic.StoreUint64(&r.MPSPinnedLimit[d], n.MPSPinnedLimit[d])
@@ -503,6 +521,8 @@ func loadLimits(r *rawLimits) Limits {
 			HoldWindow: time.Duration(atomic.LoadUint64(&r.HoldWindowNS)),
 			HoldPeriod: time.Duration(atomic.LoadUint64(&r.HoldPeriodNS)),
 			HoldMaxBP:  atomic.LoadUint32(&r.HoldMaxBP),
+			Queue:      time.Duration(atomic.LoadUint64(&r.QueueNS)),
+			Ahead:      HoldAhead(atomic.LoadUint32(&r.HoldAhead)),
 		},
 	}
 	for d := range MaxDevices {

@@ -9,7 +9,7 @@ import "time"
 
 // Sizes and limits shared with the C header.
 const (
-	Version            = 3
+	Version            = 4
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -60,6 +60,21 @@ const (
 	HoldPeriodMax     = time.Second
 	HoldMaxBPCap      = 9500
 	SignalRefresh     = 100 * time.Microsecond
+	// DefaultQueue is the GPU time an offline process keeps outstanding while online
+	// work is active on its GPU (a 0 in the limits page); QueueMax bounds what muxd
+	// may write.
+	DefaultQueue = 300 * time.Microsecond
+	QueueMax     = 100 * time.Millisecond
+)
+
+// HoldAhead says whether an offline process holds a launch that would still run when
+// the next online request of a regular online service is due.
+type HoldAhead uint32
+
+const (
+	AheadDefault HoldAhead = 0 // libxcuda's default: on
+	AheadOn      HoldAhead = 1
+	AheadOff     HoldAhead = 2
 )
 
 // procDraining is set in a process slot while it drains after SIGINT/SIGTERM.
@@ -88,7 +103,10 @@ type rawLimits struct {
 	SignalMask         uint64             `c:"signal_mask"`
 	HoldWindowNS       uint64             `c:"hold_window_ns"`
 	HoldPeriodNS       uint64             `c:"hold_period_ns"`
-	Reserved           [12]uint64         `c:"reserved"`
+	QueueNS            uint64             `c:"queue_ns"`
+	HoldAhead          uint32             `c:"hold_ahead"`
+	Reserved32         uint32             `c:"reserved32"`
+	Reserved           [10]uint64         `c:"reserved"`
 }
 
 type rawProc struct {
@@ -119,7 +137,8 @@ type rawUsage struct {
 	MemLock        uint32             `c:"mem_lock"`
 	MemRecoveries  uint32             `c:"mem_recoveries"`
 	OnlineHeldNS   uint64             `c:"online_held_ns"`
-	Reserved       [12]uint64         `c:"reserved"`
+	AheadHeldNS    uint64             `c:"ahead_held_ns"`
+	Reserved       [11]uint64         `c:"reserved"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
 }
 

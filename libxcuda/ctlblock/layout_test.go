@@ -135,6 +135,11 @@ func TestConstantsMatchHeader(t *testing.T) {
 		fmt.Sprintf("#define XCUDA_HOLD_PERIOD_MAX_NS %dull", HoldPeriodMax.Nanoseconds()),
 		fmt.Sprintf("#define XCUDA_HOLD_MAX_BP_CAP %du", HoldMaxBPCap),
 		fmt.Sprintf("#define XCUDA_SIGNAL_REFRESH_NS %dull", SignalRefresh.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_DEFAULT_QUEUE_NS %dull", DefaultQueue.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_QUEUE_MAX_NS %dull", QueueMax.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_AHEAD_DEFAULT %du", AheadDefault),
+		fmt.Sprintf("#define XCUDA_AHEAD_ON %du", AheadOn),
+		fmt.Sprintf("#define XCUDA_AHEAD_OFF %du", AheadOff),
 	} {
 		if !strings.Contains(string(hdr), want) {
 			t.Errorf("xcuda_ctl.h lacks %q", want)

@@ -125,6 +125,7 @@ func ParseUsage(buf []byte, now time.Time) (Usage, error) {
 		Throttled:    durVal("throttled time", r.ThrottledNS),
 		GPUTime:      durVal("GPU time", r.GPUTimeNS),
 		OnlineHeld:   durVal("online-held time", r.OnlineHeldNS),
+		AheadHeld:    durVal("ahead-held time", r.AheadHeldNS),
 		InFlight:     r.InFlight,
 		OOMDenials:   r.OOMDenials,
 		StickyErrors: r.StickyErrors,

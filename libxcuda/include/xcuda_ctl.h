@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 3u
+#define XCUDA_CTL_VERSION 4u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -65,6 +65,16 @@
 #define XCUDA_HOLD_PERIOD_MIN_NS 1000000ull      /* 1 ms */
 #define XCUDA_HOLD_PERIOD_MAX_NS 1000000000ull   /* 1 s */
 #define XCUDA_HOLD_MAX_BP_CAP 9500u              /* offline keeps >= 5% of every period */
+/* Version 4: while online work was seen on its GPUs within XCUDA_SHRINK_NS, an offline
+ * process keeps at most queue_ns of estimated GPU time outstanding (in-flight launches
+ * x its measured GPU time per launch; one launch always goes), and, when the online
+ * requests arrive at a regular pace, holds a launch that would still run when the next
+ * one is due (hold_ahead). */
+#define XCUDA_DEFAULT_QUEUE_NS 300000ull          /* 300 us */
+#define XCUDA_QUEUE_MAX_NS 100000000ull           /* 100 ms */
+#define XCUDA_AHEAD_DEFAULT 0u                    /* hold_ahead: 0 = default (on) */
+#define XCUDA_AHEAD_ON 1u
+#define XCUDA_AHEAD_OFF 2u
 
 typedef struct xcuda_header {
     uint64_t magic;   /* XCUDA_LIMITS_MAGIC or XCUDA_USAGE_MAGIC */
@@ -91,7 +101,12 @@ typedef struct xcuda_limits {
     uint64_t signal_mask;           /* signal slots (node GPU indexes) of the container's GPUs */
     uint64_t hold_window_ns;        /* hold while online published within this; 0 = default */
     uint64_t hold_period_ns;        /* the period hold_max_bp applies to; 0 = default */
-    uint64_t reserved[12];
+    /* Version 4: bounding offline concurrency next to online work (re-read on every
+     * gated launch). */
+    uint64_t queue_ns;              /* outstanding GPU time while online is active; 0 = default */
+    uint32_t hold_ahead;            /* XCUDA_AHEAD_*: hold before a regular online arrival */
+    uint32_t reserved32;
+    uint64_t reserved[10];
 } xcuda_limits;
 
 /* One slot per live process of the container, claimed with a CAS on pid. */
@@ -135,7 +150,10 @@ typedef struct xcuda_usage {
     /* Version 3: time launches waited because online work was published on the
      * container's GPUs (also counted in throttled_ns), all processes. */
     uint64_t online_held_ns;
-    uint64_t reserved[12];
+    /* Version 4: the part of online_held_ns spent holding ahead of a predicted online
+     * arrival (hold_ahead), all processes. */
+    uint64_t ahead_held_ns;
+    uint64_t reserved[11];
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
 

@@ -24,6 +24,9 @@ static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct slot ring[XCUDA_MAX_INFLIGHT_CAP];
 static unsigned ring_head, ring_count; /* FIFO of launched, unreaped slots */
 static int was_open = 1;               /* last launch went through unmeasured */
+/* Measured GPU time per launch of this process (moving average, ns; 0 = none yet):
+ * what the queue budget and hold-ahead estimate a launch at. */
+static uint64_t per_launch_ns;
 
 _Thread_local uint32_t xc_tls_launches __attribute__((tls_model("initial-exec")));
 static _Thread_local uint32_t tls_flushed __attribute__((tls_model("initial-exec")));
@@ -134,10 +137,25 @@ static int reap_one(int block)
         gpu = now > s->launch_ns ? now - s->launch_ns : 0;
     }
     charge(gpu);
+    uint64_t per = XC_LOAD(&per_launch_ns);
+    XC_STORE(&per_launch_ns, per == 0 ? gpu : (3 * per + gpu) / 4);
     ring_head = (ring_head + 1) % XCUDA_MAX_INFLIGHT_CAP;
-    ring_count--;
+    XC_STORE(&ring_count, ring_count - 1);
     __atomic_sub_fetch(&xc.use->inflight, 1, __ATOMIC_RELAXED);
     return 1;
+}
+
+uint64_t xc_gate_queue_ns(void)
+{
+    uint64_t q = XC_LOAD(&xc.lim->queue_ns);
+    if (q == 0)
+        q = XCUDA_DEFAULT_QUEUE_NS;
+    return q > XCUDA_QUEUE_MAX_NS ? XCUDA_QUEUE_MAX_NS : q;
+}
+
+uint64_t xc_gate_launch_est_ns(void)
+{
+    return (uint64_t)(XC_LOAD(&ring_count) + 1) * XC_LOAD(&per_launch_ns);
 }
 
 static unsigned max_inflight(void)
@@ -145,9 +163,23 @@ static unsigned max_inflight(void)
     unsigned m = XC_LOAD(&xc.lim->max_inflight);
     if (m == 0)
         m = XCUDA_DEFAULT_MAX_INFLIGHT;
-    if (m > 1 && xc_signal_online_recent(xc_now_mono_ns()))
-        m = 1; /* online is active on this GPU: queue as little as possible */
-    return m > XCUDA_MAX_INFLIGHT_CAP ? XCUDA_MAX_INFLIGHT_CAP : m;
+    if (m > XCUDA_MAX_INFLIGHT_CAP)
+        m = XCUDA_MAX_INFLIGHT_CAP;
+    if (m > 1 && xc_signal_online_recent(xc_now_mono_ns())) {
+        /* Online is active on this GPU: what is queued here runs before (or beside) its
+         * next request, and held launches cannot take back SMs. Keep at most the queue
+         * budget of GPU time outstanding, at this process's measured time per launch;
+         * one launch always goes, so offline progresses, and many tiny kernels still
+         * overlap. */
+        uint64_t per = XC_LOAD(&per_launch_ns);
+        uint64_t q = xc_gate_queue_ns();
+        uint64_t n = per == 0 ? 1 : q / per;
+        if (n < 1)
+            n = 1;
+        if (n < m)
+            m = (unsigned)n;
+    }
+    return m;
 }
 
 /* Makes the slot's events belong to the current context. Locked. */
@@ -278,7 +310,7 @@ void xc_gate_done(CUstream stream, struct xc_ticket *t, CUresult launched)
         return;
     struct slot *s = &ring[t->slot];
     if (launched == CUDA_SUCCESS && xc_real.cuEventRecord(s->end, stream) == CUDA_SUCCESS) {
-        ring_count++;
+        XC_STORE(&ring_count, ring_count + 1);
         __atomic_add_fetch(&xc.use->inflight, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&gate_mu);
@@ -301,5 +333,6 @@ void xc_gate_atfork_child(void)
     memset(ring, 0, sizeof ring);
     ring_head = ring_count = 0;
     was_open = 1;
+    per_launch_ns = 0;
     xc_tls_launches = tls_flushed = 0;
 }

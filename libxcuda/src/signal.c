@@ -19,6 +19,7 @@
  * page that says "busy" forever costs offline its budget and no more. The
  * policy comes from the container's own limits page (read-only to it). */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -105,14 +106,6 @@ static int all_quiet(void)
     return 1;
 }
 
-static int any_busy(uint64_t now, uint64_t window)
-{
-    for (unsigned i = 0; i < xc_sig.n; i++)
-        if (slot_busy(XC_LOAD(xc_sig.w[i]), now, window))
-            return 1;
-    return 0;
-}
-
 static void publish(void)
 {
     uint64_t now = xc_now_mono_ns();
@@ -139,21 +132,171 @@ static uint64_t clamp_u64(uint64_t v, uint64_t def, uint64_t lo, uint64_t hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* ---- hold-ahead: predicting the next request of a regular online service ----
+ *
+ * An offline process sees each online request start as its slot going from idle to a
+ * timestamp (the online launch time, CLOCK_MONOTONIC). It keeps the last AHEAD_N
+ * starts it saw. When their gaps are (multiples of) one period P within a tolerance —
+ * a service driven at a steady rate — the next request is due at last + k·P, give or
+ * take the largest deviation seen (J). A launch that would still be running then (now
+ * + this process's estimated outstanding GPU time, see xc_gate_launch_est_ns) waits
+ * until the request has started (and then while it runs, as any hold) or until it is
+ * J late, within the same hold budget. Irregular arrivals (Poisson, bursts) fail the
+ * test and change nothing. A thread that finds the state busy skips it (trylock). */
+#define AHEAD_N 17u                /* starts kept: 16 gaps */
+#define AHEAD_MIN_GAPS 4u
+#define AHEAD_MIN_PERIOD_NS 2000000ull  /* faster services leave no room to predict */
+#define AHEAD_MAX_PERIOD_NS 1000000000ull
+#define AHEAD_MIN_JITTER_NS 200000ull
+
+static pthread_mutex_t ahead_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t ahead_starts[AHEAD_N];
+static unsigned ahead_n;      /* starts recorded, all time */
+static uint64_t ahead_prev;   /* the slot value last seen (0: idle) */
+/* The prediction, refreshed when a start is recorded: period, jitter, last start
+ * (0: no regular pace). */
+static uint64_t ahead_period, ahead_jitter, ahead_last, ahead_phase;
+
+static void u64_sort(uint64_t *a, unsigned n)
+{
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned j = i; j > 0 && a[j - 1] > a[j]; j--) {
+            uint64_t t = a[j];
+            a[j] = a[j - 1];
+            a[j - 1] = t;
+        }
+}
+
+/* Recomputes the pace from the recorded starts. ahead_mu held.
+ *
+ * A service driven at a steady rate starts request k at T0 + k·P + d_k, d_k >= 0 being
+ * how late its host got to it (scheduling, the driver's round trips: on a loaded host,
+ * milliseconds). So: P from the median gap, refined over the whole window (each start's
+ * index counted in periods, which also absorbs requests this process did not see);
+ * T0 from the earliest-aligned start; the pace is regular when 3 in 4 starts lie within
+ * P/8 after their slot, and J, how long to wait past a slot for a late request, is the
+ * latest of those. */
+static void ahead_fit(void)
+{
+    ahead_period = ahead_jitter = ahead_phase = 0;
+    unsigned n = ahead_n < AHEAD_N ? ahead_n : AHEAD_N;
+    if (n < AHEAD_MIN_GAPS + 1)
+        return;
+    uint64_t st[AHEAD_N], gaps[AHEAD_N];
+    for (unsigned i = 0; i < n; i++)
+        st[i] = ahead_starts[(ahead_n - n + i) % AHEAD_N];
+    for (unsigned i = 1; i < n; i++) {
+        if (st[i] <= st[i - 1])
+            return;
+        gaps[i - 1] = st[i] - st[i - 1];
+    }
+    u64_sort(gaps, n - 1);
+    uint64_t p = gaps[(n - 1) / 2];
+    if (p < AHEAD_MIN_PERIOD_NS || p > AHEAD_MAX_PERIOD_NS)
+        return;
+    uint64_t kl = (st[n - 1] - st[0] + p / 2) / p;
+    if (kl == 0 || kl > 4 * n)
+        return;
+    p = (st[n - 1] - st[0]) / kl;
+    /* phase: the start furthest ahead of its slot (the least late) */
+    int64_t lead = 0;
+    for (unsigned i = 1; i < n; i++) {
+        uint64_t k = (st[i] - st[0] + p / 2) / p;
+        int64_t off = (int64_t)(st[i] - st[0]) - (int64_t)(k * p);
+        if (off < lead)
+            lead = off;
+    }
+    uint64_t phase = st[0] - (uint64_t)(-lead);
+    uint64_t tol = p / 8, worst = 0;
+    unsigned ok = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t k = (st[i] - phase + p / 2) / p;
+        uint64_t slot = phase + k * p;
+        uint64_t late = st[i] >= slot ? st[i] - slot : 0;
+        if (late <= tol) {
+            ok++;
+            if (late > worst)
+                worst = late;
+        }
+    }
+    if (ok * 4 < n * 3) /* fewer than 3 in 4 starts on the pace: not regular */
+        return;
+    uint64_t j = worst + 100000;
+    if (j < AHEAD_MIN_JITTER_NS)
+        j = AHEAD_MIN_JITTER_NS;
+    ahead_period = p;
+    ahead_phase = phase;
+    ahead_jitter = j > tol ? tol : j;
+}
+
+/* Notes the slot value v (0: idle) seen now. */
+static void ahead_observe(uint64_t v, uint64_t now)
+{
+    if (pthread_mutex_trylock(&ahead_mu) != 0)
+        return;
+    if (v != 0 && ahead_prev == 0 && v <= now && v > ahead_last) {
+        ahead_starts[ahead_n % AHEAD_N] = v;
+        ahead_n++;
+        ahead_last = v;
+        ahead_fit();
+    }
+    ahead_prev = v;
+    pthread_mutex_unlock(&ahead_mu);
+}
+
+/* Whether a launch now, running for est ns, should wait for the next predicted online
+ * request; if so, until when at most. 0: go. */
+static uint64_t ahead_until(uint64_t now, uint64_t est)
+{
+    uint64_t p = XC_LOAD(&ahead_period), j = XC_LOAD(&ahead_jitter), last = XC_LOAD(&ahead_last);
+    uint64_t phase = XC_LOAD(&ahead_phase);
+    if (p == 0 || last == 0 || now < last || now - last > 4 * p || phase > last)
+        return 0; /* no pace, or the service has paused: nothing to predict */
+    /* the first slot after the last request seen that is not yet over */
+    uint64_t next = phase + ((last - phase) / p + 1) * p;
+    while (next + j <= now)
+        next += p;
+    if (now + est + AHEAD_MIN_JITTER_NS <= next)
+        return 0; /* done before the next request is due */
+    return next + j;
+}
+
+static int ahead_on(void)
+{
+    return XC_LOAD(&xc.lim->hold_ahead) != XCUDA_AHEAD_OFF;
+}
+
+/* The largest busy slot value (0: all idle or stale). */
+static uint64_t busy_value(uint64_t now, uint64_t window)
+{
+    uint64_t m = 0;
+    for (unsigned i = 0; i < xc_sig.n; i++) {
+        uint64_t v = XC_LOAD(xc_sig.w[i]);
+        if (slot_busy(v, now, window) && v > m)
+            m = v;
+    }
+    return m;
+}
+
 static void hold(void)
 {
     const xcuda_limits *l = xc.lim;
     uint64_t window = clamp_u64(XC_LOAD(&l->hold_window_ns), XCUDA_DEFAULT_HOLD_WINDOW_NS, 1000,
                                 XCUDA_HOLD_WINDOW_MAX_NS);
     uint64_t now = xc_now_mono_ns();
-    if (!any_busy(now, window))
+    int ahead = ahead_on();
+    uint64_t v = busy_value(now, window);
+    ahead_observe(v, now);
+    if (v != 0)
+        XC_STORE(&online_seen, now);
+    else if (!ahead || ahead_until(now, xc_gate_launch_est_ns()) == 0)
         return;
-    XC_STORE(&online_seen, now);
     uint64_t period = clamp_u64(XC_LOAD(&l->hold_period_ns), XCUDA_DEFAULT_HOLD_PERIOD_NS,
                                 XCUDA_HOLD_PERIOD_MIN_NS, XCUDA_HOLD_PERIOD_MAX_NS);
     uint64_t bp = clamp_u64(XC_LOAD(&l->hold_max_bp), XCUDA_DEFAULT_HOLD_MAX_BP, 0,
                             XCUDA_HOLD_MAX_BP_CAP);
     uint64_t budget = period / XCUDA_SHARE_FULL * bp;
-    uint64_t t0 = now;
+    uint64_t t0 = now, ahead_held = 0;
     for (;;) {
         uint64_t start = XC_LOAD(&hold_period_start);
         if (start == 0 || start > now || now - start >= period) {
@@ -161,19 +304,33 @@ static void hold(void)
             XC_STORE(&hold_used, 0);
         }
         uint64_t used = XC_LOAD(&hold_used);
-        if (used >= budget || !any_busy(now, window) ||
-            atomic_load_explicit(&xc_stopping, memory_order_relaxed))
+        if (used >= budget || atomic_load_explicit(&xc_stopping, memory_order_relaxed))
             break;
+        v = busy_value(now, window);
+        ahead_observe(v, now);
+        int early = 0;
+        if (v != 0) {
+            XC_STORE(&online_seen, now);
+        } else {
+            uint64_t until = ahead ? ahead_until(now, xc_gate_launch_est_ns()) : 0;
+            if (until == 0 || now >= until)
+                break;
+            early = 1;
+        }
         uint64_t w = budget - used < HOLD_POLL_NS ? budget - used : HOLD_POLL_NS;
         xc_sleep_ns(w);
         uint64_t t = xc_now_mono_ns();
         XC_ADD(&hold_used, t > now ? t - now : 0);
+        if (early)
+            ahead_held += t > now ? t - now : 0;
         now = t;
     }
     uint64_t held = now > t0 ? now - t0 : 0;
     if (held == 0 || xc.use == NULL)
         return;
     XC_ADD(&xc.use->online_held_ns, held);
+    if (ahead_held)
+        XC_ADD(&xc.use->ahead_held_ns, ahead_held);
     XC_ADD(&xc.use->throttled_ns, held);
     if (xc.me)
         XC_ADD(&xc.me->throttled_ns, held);
@@ -194,7 +351,9 @@ void xc_signal_launch(void)
         /* Every 32nd launch of a thread comes here anyway: refresh then. */
         if (!all_quiet() || (xc_tls_launches & XC_FLUSH_MASK) == 0)
             publish();
-    } else if (!all_quiet()) {
+    } else if (!all_quiet() || XC_LOAD(&ahead_period) != 0) {
         hold();
+    } else if (XC_LOAD(&ahead_prev) != 0) {
+        XC_STORE(&ahead_prev, 0); /* idle seen: the next busy value is a new request */
     }
 }

@@ -208,6 +208,11 @@ void xc_gate_done(CUstream stream, struct xc_ticket *t, CUresult launched);
 /* Waits for every measured launch of this process. */
 void xc_gate_drain(void);
 void xc_gate_atfork_child(void);
+/* The queue budget (limits queue_ns, default and cap applied). */
+uint64_t xc_gate_queue_ns(void);
+/* Estimated GPU time until a launch made now would finish: (launches in flight + 1)
+ * x the measured GPU time per launch; 0 before anything was measured. Unlocked. */
+uint64_t xc_gate_launch_est_ns(void);
 /* Launch counter kept per thread and flushed to the usage block. */
 void xc_flush_launches(void);
 

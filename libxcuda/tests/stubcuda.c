@@ -43,8 +43,20 @@ struct CUevent_st {
     int recorded;
 };
 
+/* The most work queued (the new launch's included) that a launch found since the last
+ * stub_take_max_queued_ns. */
+static uint64_t max_queued_ns;
+
 /* Test hooks, not part of the CUDA API. */
 EXPORT uint64_t stub_busy_ns(void) { return busy_ns; }
+EXPORT uint64_t stub_take_max_queued_ns(void)
+{
+    pthread_mutex_lock(&mu);
+    uint64_t m = max_queued_ns;
+    max_queued_ns = 0;
+    pthread_mutex_unlock(&mu);
+    return m;
+}
 EXPORT uint64_t stub_launches(void) { return launches; }
 EXPORT uint64_t stub_frees_seen(void) { return frees_seen; }
 
@@ -65,6 +77,8 @@ static uint64_t enqueue(uint64_t dur)
     }
     tail_ns += dur;
     uint64_t t = tail_ns;
+    if (dur > 0 && t - now > max_queued_ns)
+        max_queued_ns = t - now;
     pthread_mutex_unlock(&mu);
     busy_ns += dur;
     launches++;

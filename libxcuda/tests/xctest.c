@@ -293,6 +293,8 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
         return 1;
     /* The stub driver reports the kernel time it queued (a GPU-time meter). */
     uint64_t (*busy)(void) = (uint64_t (*)(void))(drv ? dlsym(drv, "stub_busy_ns") : NULL);
+    /* ... and the most work a launch found queued (what an online kernel could meet). */
+    uint64_t (*maxq)(void) = (uint64_t (*)(void))(drv ? dlsym(drv, "stub_take_max_queued_ns") : NULL);
     double t0 = now_s(), next = t0 + 0.05;
     long n = 0, errors = 0;
     while (now_s() - t0 < secs) {
@@ -305,8 +307,9 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
         n++;
         double t = now_s();
         if (t >= next) {
-            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu mono=%.6f\n", t - t0, n, errors,
-                   busy ? (unsigned long long)busy() : 0ull, t);
+            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu mono=%.6f maxq_ns=%llu\n", t - t0, n,
+                   errors, busy ? (unsigned long long)busy() : 0ull, t,
+                   maxq ? (unsigned long long)maxq() : 0ull);
             fflush(stdout);
             next += 0.05;
         }

@@ -52,7 +52,7 @@ func holdRun(t *testing.T, role ctlblock.SignalRole) (inferResult, trainResult) 
 		t.Fatalf("train: %v\n%s", err, tout.String())
 	}
 	u := off.block.Usage()
-	t.Logf("role %d: offline held %v, throttled %v, launches %d", role, u.OnlineHeld, u.Throttled, u.Launches)
+	t.Logf("role %d: offline held %v (ahead of predicted requests %v), throttled %v, launches %d", role, u.OnlineHeld, u.AheadHeld, u.Throttled, u.Launches)
 	if role == ctlblock.SignalFollow && u.OnlineHeld == 0 {
 		t.Error("the offline train never held while infer ran")
 	}

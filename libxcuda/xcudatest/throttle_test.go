@@ -17,13 +17,14 @@ type progress struct {
 	mono     float64 // CLOCK_MONOTONIC seconds: a clock all processes share
 	launches int64
 	busyNS   int64
+	maxQNS   int64 // the most work a launch found queued in the last 50 ms (stub driver)
 }
 
 func parseProgress(line string) (progress, bool) {
 	var p progress
 	var errs int64
-	n, _ := fmt.Sscanf(strings.TrimSpace(line), "t=%f launches=%d errors=%d busy_ns=%d mono=%f", &p.at, &p.launches, &errs, &p.busyNS, &p.mono)
-	return p, n == 5
+	n, _ := fmt.Sscanf(strings.TrimSpace(line), "t=%f launches=%d errors=%d busy_ns=%d mono=%f maxq_ns=%d", &p.at, &p.launches, &errs, &p.busyNS, &p.mono, &p.maxQNS)
+	return p, n >= 5
 }
 
 // runLoop starts xctest loop and streams its progress lines.

@@ -53,6 +53,11 @@ func Signal(c api.Container, p *policy.Policy, gpus []api.GPU) ctlblock.Signal {
 		HoldWindow: h.Window.D(),
 		HoldPeriod: h.Period.D(),
 		HoldMaxBP:  uint32(float64(h.Max)*100 + 0.5),
+		Queue:      h.Queue.D(),
+		Ahead:      ctlblock.AheadOff,
+	}
+	if h.Ahead {
+		s.Ahead = ctlblock.AheadOn
 	}
 	switch c.Class {
 	case api.Online:

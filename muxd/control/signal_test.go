@@ -43,8 +43,14 @@ func TestSignalRoles(t *testing.T) {
 	}
 	s := Signal(off, p, nil)
 	if s.Role != ctlblock.SignalFollow || s.GPUs != 0b10 || s.HoldWindow != 10*time.Millisecond ||
-		s.HoldPeriod != 20*time.Millisecond || s.HoldMaxBP != 8000 {
+		s.HoldPeriod != 20*time.Millisecond || s.HoldMaxBP != 8000 ||
+		s.Queue != 300*time.Microsecond || s.Ahead != ctlblock.AheadOn {
 		t.Errorf("offline with the default policy: %+v", s)
+	}
+	p.Hold.Ahead = false
+	p.Hold.Queue = policy.Duration(time.Millisecond)
+	if s := Signal(off, p, nil); s.Ahead != ctlblock.AheadOff || s.Queue != time.Millisecond {
+		t.Errorf("ahead = false, queue = 1ms: %+v", s)
 	}
 	p.Hold.Max = 0
 	if s := Signal(off, p, nil); s.Role != ctlblock.SignalNone {
