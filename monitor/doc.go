@@ -1,5 +1,5 @@
 // Package monitor is SysMonitor, the GPU-level half of muxflow's two-level
-// protection (DESIGN.md §1).
+// protection (docs/architecture.md).
 //
 // It samples every GPU through go-nvml's nvml.Interface — the real NVML or
 // gpusim's adapter, the same code — and feeds each sample, plus the GPU's
