@@ -24,9 +24,18 @@ missing=
 for f in bin/muxd bin/muxctl bin/muxflow-runtime bin/muxflow-hook bin/muxflow-wrapper bin/muxmatch lib/libxcuda.so; do
 	[ -f "$BUILD/$f" ] || missing="$missing $BUILD/$f"
 done
-for f in policy/default.toml systemd/muxd.service systemd/muxd.socket README.md docs/install.md LICENSE; do
+for f in policy/default.toml systemd/muxd.service systemd/muxd.socket README.md docs/install.md docs/kubernetes.md docs/try-without-a-gpu.md docs/errors.md LICENSE; do
 	[ -f "$ROOT/$f" ] || missing="$missing $ROOT/$f"
 done
+# muxflow-gpusim (simulated GPUs): gpusimd, gpusimctl, the fake MPS tool and driver, the
+# workload programs; built by the same `make build` (gpusim/Makefile).
+PACKAGES=${PACKAGES:-muxflow muxflow-gpusim}
+case " $PACKAGES " in *" muxflow-gpusim "*)
+	for f in bin/gpusimd gpusim/bin/gpusimctl gpusim/bin/nvidia-cuda-mps-control gpusim/bin/infer gpusim/bin/train gpusim/lib/libcuda.so.1; do
+		[ -f "$BUILD/$f" ] || missing="$missing $BUILD/$f"
+	done
+	;;
+esac
 if [ -n "$missing" ]; then
 	echo "package: cannot build the packages; missing:" >&2
 	for f in $missing; do echo "  $f" >&2; done
@@ -44,12 +53,24 @@ for b in muxd muxctl muxflow-runtime muxflow-hook muxflow-wrapper muxmatch; do
 	cp "$BUILD/bin/$b" "$STAGE/bin/$b"
 done
 cp "$BUILD/lib/libxcuda.so" "$STAGE/lib/libxcuda.so"
-for f in "$STAGE"/bin/* "$STAGE/lib/libxcuda.so"; do
+mkdir -p "$STAGE/gpusim"
+case " $PACKAGES " in *" muxflow-gpusim "*)
+	cp "$BUILD/bin/gpusimd" "$BUILD/gpusim/bin/gpusimctl" "$BUILD/gpusim/bin/nvidia-cuda-mps-control" \
+		"$BUILD/gpusim/bin/infer" "$BUILD/gpusim/bin/train" "$BUILD/gpusim/lib/libcuda.so.1" "$STAGE/gpusim/"
+	;;
+esac
+for f in "$STAGE"/bin/* "$STAGE/lib/libxcuda.so" "$STAGE"/gpusim/*; do
+	[ -f "$f" ] || continue
 	# Only ELF files are stripped (a program may be a script during development).
 	if [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ]; then
 		strip --strip-unneeded --remove-section=.comment --remove-section=.note "$f"
 	fi
 done
+
+reported=$("$STAGE/bin/muxd" --version 2>/dev/null | sed -n 's/^muxd //p' || true)
+if [ "$reported" != "$VERSION" ]; then
+	echo "package: note: package version $VERSION differs from the version the programs report (muxd --version: ${reported:-nothing}); build with the top-level make, or leave PKG_VERSION unset" >&2
+fi
 
 # Man pages: muxd, muxctl and muxmatch from their own --help; the runtime prints runc's
 # help and the hook has none, so theirs are written by hand.
@@ -107,9 +128,12 @@ muxflow ($VERSION-1) unstable; urgency=medium
  -- muxflow developers <dev@muxflow.io>  $date
 CHANGELOG
 gzip -9n "$STAGE/changelog.Debian"
+sed '1s/^muxflow /muxflow-gpusim /' <<CHANGELOG | gzip -9n >"$STAGE/gpusim/changelog.Debian.gz"
+$(zcat "$STAGE/changelog.Debian.gz")
+CHANGELOG
 
 # The oldest glibc that has every symbol version the programs and the library need.
-LIBC=$(for f in "$STAGE"/bin/* "$STAGE"/lib/*; do
+LIBC=$(for f in "$STAGE"/bin/* "$STAGE"/lib/* "$STAGE"/gpusim/*; do
 	objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' || true
 done | sed 's/GLIBC_//' | sort -uV | tail -n 1)
 LIBC=${LIBC:-2.17}
@@ -118,5 +142,12 @@ export ROOT BUILD STAGE VERSION ARCH LIBC
 cd "$ROOT"
 for p in ${PACKAGERS:-deb rpm}; do
 	case $p in deb|rpm) ;; *) echo "package: unknown packager '$p'; want deb or rpm" >&2; exit 1 ;; esac
-	"$GO" tool nfpm package --config packaging/nfpm.yaml --packager "$p" --target "$DIST/"
+	for pkg in $PACKAGES; do
+		case $pkg in
+		muxflow) cfg=packaging/nfpm.yaml ;;
+		muxflow-gpusim) cfg=packaging/nfpm-gpusim.yaml ;;
+		*) echo "package: unknown package '$pkg'; want muxflow or muxflow-gpusim" >&2; exit 1 ;;
+		esac
+		"$GO" tool nfpm package --config "$cfg" --packager "$p" --target "$DIST/"
+	done
 done

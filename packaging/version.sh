@@ -12,4 +12,9 @@ else
 	ts=$(git log -1 --format=%cd --date=format:%Y%m%d%H%M%S 2>/dev/null || echo 0)
 	sha=$(git rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
 	echo "0.0.0~git$ts.$sha"
-fi
+fi | {
+	# Programs built from a tree with uncommitted changes say so (Makefile VERSION).
+	read -r v
+	if [ "${VERSION_DIRTY:-}" != no ] && ! git diff --quiet HEAD 2>/dev/null; then v="$v+dirty"; fi
+	echo "$v"
+}
