@@ -170,8 +170,8 @@ func (c *Client) Unregister(ctx context.Context, id string) error {
 }
 
 // Events decodes the GPU monitor's log of health transitions and faults into out
-// (a *[]monitor.Event). It takes the destination so that this client, which the OCI
-// hook links, does not pull in the monitor and its metrics libraries.
+// (a *[]monitor.Event). It takes the destination so that this client, which
+// muxflow-wrapper links, does not pull in the monitor and its metrics libraries.
 func (c *Client) Events(ctx context.Context, out any) error {
 	return c.do(ctx, http.MethodGet, "/events", nil, out)
 }
