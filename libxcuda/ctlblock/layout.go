@@ -19,7 +19,7 @@ const (
 	MaxInFlightCap     = 64
 	LimitsFile         = "limits"
 	UsageFile          = "usage"
-	// ContainerDir is where the hook mounts the two files inside a container.
+	// ContainerDir is where muxd's wiring mounts the two files inside a container.
 	ContainerDir = "/run/muxflow/ctl"
 	// EnvDir overrides ContainerDir for libxcuda (tests, manual runs).
 	EnvDir = "XCUDA_CONTROL_BLOCK"
@@ -30,7 +30,7 @@ const (
 	SignalSlots = 64
 	// SignalFile is the signal page's name under muxd's run directory.
 	SignalFile = "signal"
-	// ContainerSignal is where the hook mounts the signal page inside a container.
+	// ContainerSignal is where muxd's wiring mounts the signal page inside a container.
 	ContainerSignal = "/run/muxflow/signal"
 	// EnvSignal overrides ContainerSignal for libxcuda (tests, manual runs).
 	EnvSignal = "XCUDA_SIGNAL"
