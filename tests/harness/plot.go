@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"image"
@@ -9,6 +10,7 @@ import (
 	"image/png"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,24 +74,37 @@ func reasonColor(key string) (string, color.RGBA) {
 	return key, colAxis
 }
 
-// ceilingPanel draws muxd's offline ceiling and online demand as they changed (every
-// change, not only the sampled values) with a marker per change coloured by its reason,
-// and NVML's GPU utilisation from the samples.
-func ceilingPanel(changes []CeilingChange, ts []time.Duration, util []float64, end time.Duration) Panel {
-	var ct, dt []time.Duration
-	var cv, dv []float64
+// ceilingPanel draws muxd's offline ceiling as it changed (every change, not only the
+// sampled values) and the online demand estimate at each change and each sample (muxd
+// records a change only when the ceiling or its reason moves, so the demand's samples
+// fill in between), with a marker per change coloured by its reason, and NVML's GPU
+// utilisation from the samples.
+func ceilingPanel(changes []CeilingChange, ts []time.Duration, demand, util []float64, end time.Duration) Panel {
+	var ct []time.Duration
+	var cv []float64
+	type point struct {
+		t time.Duration
+		v float64
+	}
+	var dp []point
 	for i, c := range changes {
 		if i == 0 {
 			ct, cv = append(ct, 0), append(cv, c.From)
 		}
 		ct, cv = append(ct, c.T, c.T), append(cv, cv[len(cv)-1], c.To)
-		if len(dv) > 0 {
-			dt, dv = append(dt, c.T), append(dv, dv[len(dv)-1])
-		}
-		dt, dv = append(dt, c.T), append(dv, c.Demand)
+		dp = append(dp, point{c.T, c.Demand})
 	}
 	ct, cv = append(ct, end), append(cv, cv[len(cv)-1])
-	dt, dv = append(dt, end), append(dv, dv[len(dv)-1])
+	for i, t := range ts {
+		if !math.IsNaN(demand[i]) {
+			dp = append(dp, point{t, demand[i]})
+		}
+	}
+	slices.SortStableFunc(dp, func(a, b point) int { return cmp.Compare(a.t, b.t) })
+	dt, dv := make([]time.Duration, len(dp)), make([]float64, len(dp))
+	for i, p := range dp {
+		dt[i], dv[i] = p.t, p.v
+	}
 	p := Panel{Title: "offline ceiling, online demand and the reason for each change (muxd)", YLabel: "%", YMax: 100, Series: []Series{
 		{Name: "offline ceiling", Color: colShare, T: ct, V: cv},
 		{Name: "online demand", Color: colDemand, T: dt, V: dv},
@@ -153,7 +168,7 @@ func (r *Report) TimelinePanels(st Strategy) ([]Panel, error) {
 		}},
 	}
 	if len(res.Changes) > 0 {
-		panels[1] = ceilingPanel(res.Changes, ts, util, max(ts[n-1], res.Changes[len(res.Changes)-1].T))
+		panels[1] = ceilingPanel(res.Changes, ts, demand, util, max(ts[n-1], res.Changes[len(res.Changes)-1].T))
 	}
 	base, haveBase := r.Result(OnlineAlone)
 	haveBase = haveBase && base.Skipped == ""
