@@ -239,7 +239,10 @@ CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t)
             continue;
         }
         uint32_t share = XC_LOAD(&l->share_bp);
-        if (share >= XCUDA_SHARE_FULL) {
+        /* Unthrottled, but online work is active on the GPU: measured and bounded by
+         * the queue budget all the same, without the token bucket. */
+        int bound_only = share >= XCUDA_SHARE_FULL && xc_signal_bounds();
+        if (share >= XCUDA_SHARE_FULL && !bound_only) {
             pthread_mutex_lock(&gate_mu);
             while (reap_one(0)) {
             }
@@ -279,8 +282,9 @@ CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t)
             pthread_mutex_unlock(&gate_mu);
             continue;
         }
-        refill(share);
-        int64_t tokens = XC_LOAD(&xc.use->bucket_tokens_ns);
+        if (!bound_only)
+            refill(share);
+        int64_t tokens = bound_only ? 0 : XC_LOAD(&xc.use->bucket_tokens_ns);
         if (tokens < 0) {
             pthread_mutex_unlock(&gate_mu);
             uint64_t w = share ? (uint64_t)(-tokens) * XCUDA_SHARE_FULL / share : 1000000;

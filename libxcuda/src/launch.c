@@ -17,7 +17,7 @@
             xc_flush_launches();                                              \
         if (!xc_tls_inside)                                                   \
             xc_signal_launch();                                               \
-        if (xc_gate_open() || xc_tls_inside)                                  \
+        if ((xc_gate_open() && !xc_signal_bounds()) || xc_tls_inside)         \
             return xc_note_sticky(real_ args);                                \
         struct xc_ticket t_;                                                  \
         CUresult g_ = xc_gate_slow((stream), &t_);                            \

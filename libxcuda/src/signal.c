@@ -37,6 +37,22 @@ static uint64_t hold_period_start, hold_used;
 /* When this process last saw online work published (CLOCK_MONOTONIC ns). */
 static uint64_t online_seen;
 
+/* What xc_sig.w0 points at when the fast path must not be taken: follow: 1 (busy),
+ * publish: 0 (unset). A follower with one slot points w0 here while online work was seen
+ * within XCUDA_SHRINK_NS, so that even an unthrottled process takes the slow path, where
+ * its outstanding work is bounded (xc_signal_bounds), and back at its slot after. */
+const uint64_t xc_never_quiet[2] = {1, 0};
+#define never_quiet xc_never_quiet
+
+static void follow_slow(int on)
+{
+    if (xc_sig.pub || xc_sig.n != 1)
+        return; /* several slots: w0 is never_quiet for good */
+    const uint64_t *want = on ? &never_quiet[0] : xc_sig.w[0];
+    if (XC_LOAD(&xc_sig.w0) != want)
+        XC_STORE(&xc_sig.w0, want);
+}
+
 #define HOLD_POLL_NS 50000ull /* re-check the signal every 50 us while holding */
 
 void xc_signal_init(const char *path)
@@ -78,12 +94,11 @@ void xc_signal_init(const char *path)
     for (unsigned i = 0; i < XCUDA_SIGNAL_SLOTS; i++)
         if (mask & (1ull << i))
             xc_sig.w[n++] = &s->slot[i].online_ns;
-    static const uint64_t never_quiet[2] = {1, 0}; /* follow: 1 (busy), publish: 0 (unset) */
     xc_sig.pub = (uint64_t)pub;
     xc_sig.page = s;
     xc_sig.n = n;
     /* Last: the fast path looks at w0 first. */
-    xc_sig.w0 = n == 1 ? xc_sig.w[0] : &never_quiet[pub];
+    XC_STORE(&xc_sig.w0, n == 1 ? (const uint64_t *)xc_sig.w[0] : &never_quiet[pub]);
     xc_log("GPU signal page %s: %s %u slot(s)", path, pub ? "publishing to" : "following", n);
 }
 
@@ -287,10 +302,12 @@ static void hold(void)
     int ahead = ahead_on();
     uint64_t v = busy_value(now, window);
     ahead_observe(v, now);
-    if (v != 0)
+    if (v != 0) {
         XC_STORE(&online_seen, now);
-    else if (!ahead || ahead_until(now, xc_gate_launch_est_ns()) == 0)
+        follow_slow(1);
+    } else if (!ahead || ahead_until(now, xc_gate_launch_est_ns()) == 0) {
         return;
+    }
     uint64_t period = clamp_u64(XC_LOAD(&l->hold_period_ns), XCUDA_DEFAULT_HOLD_PERIOD_NS,
                                 XCUDA_HOLD_PERIOD_MIN_NS, XCUDA_HOLD_PERIOD_MAX_NS);
     uint64_t bp = clamp_u64(XC_LOAD(&l->hold_max_bp), XCUDA_DEFAULT_HOLD_MAX_BP, 0,
@@ -351,9 +368,22 @@ void xc_signal_launch(void)
         /* Every 32nd launch of a thread comes here anyway: refresh then. */
         if (!all_quiet() || (xc_tls_launches & XC_FLUSH_MASK) == 0)
             publish();
-    } else if (!all_quiet() || XC_LOAD(&ahead_period) != 0) {
-        hold();
-    } else if (XC_LOAD(&ahead_prev) != 0) {
-        XC_STORE(&ahead_prev, 0); /* idle seen: the next busy value is a new request */
+    } else {
+        if (!all_quiet() || XC_LOAD(&ahead_period) != 0)
+            hold();
+        else if (XC_LOAD(&ahead_prev) != 0)
+            XC_STORE(&ahead_prev, 0); /* idle seen: the next busy value is a new request */
+        if (XC_LOAD(&xc_sig.w0) == &never_quiet[0] && xc_sig.n == 1 &&
+            !xc_signal_online_recent(xc_now_mono_ns())) {
+            /* No online work for a while: back to the fast path (a regular pace is
+             * forgotten too: the service has paused). */
+            XC_STORE(&ahead_period, 0);
+            follow_slow(0);
+        }
     }
+}
+
+int xc_signal_bounds_slow(void)
+{
+    return XC_LOAD(&online_seen) != 0 && xc_signal_online_recent(xc_now_mono_ns());
 }

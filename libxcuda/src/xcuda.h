@@ -258,6 +258,7 @@ void xc_signal_launch(void);
  * its work is queued ahead of the next online request. */
 #define XCUDA_SHRINK_NS 100000000ull
 int xc_signal_online_recent(uint64_t now);
+
 /* Online: a synchronisation returned, or the process exits: nothing pending. */
 void xc_signal_idle(void);
 
@@ -266,10 +267,25 @@ void xc_signal_idle(void);
  * nobody writes in that state. */
 static inline int xc_signal_quiet(void)
 {
-    const uint64_t *w = xc_sig.w0;
+    const uint64_t *w = XC_LOAD(&xc_sig.w0);
     if (XC_LIKELY(w == NULL))
         return 1;
     return (uint64_t)(XC_LOAD(w) != 0) == xc_sig.pub;
+}
+
+/* What w0 points at when the fast path must not be taken (see signal.c). */
+extern const uint64_t xc_never_quiet[2];
+int xc_signal_bounds_slow(void);
+/* Offline, online work seen within XCUDA_SHRINK_NS: launches are measured and their
+ * outstanding GPU time bounded (the queue budget) even when the gate is open. A
+ * follower with one slot has w0 switched to xc_never_quiet exactly then. */
+static inline int xc_signal_bounds(void)
+{
+    if (xc_sig.pub || xc_sig.n == 0)
+        return 0;
+    if (xc_sig.n == 1)
+        return XC_LOAD(&xc_sig.w0) == &xc_never_quiet[0];
+    return xc_signal_bounds_slow();
 }
 
 /* ---- signals.c ---- */

@@ -51,14 +51,14 @@ func maxQueued(ps []progress, from, to float64) (int64, int) {
 	return m, n
 }
 
-func queueRun(t *testing.T, queue time.Duration, kernelUS int) (without, with int64) {
+func queueRun(t *testing.T, share uint32, queue time.Duration, kernelUS int) (without, with int64) {
 	t.Helper()
 	page := signalPage(t)
-	l := ctlblock.Limits{ShareBP: 9000, MaxInFlight: 32, Signal: ctlblock.Signal{
+	l := ctlblock.Limits{ShareBP: share, MaxInFlight: 32, Signal: ctlblock.Signal{
 		Role: ctlblock.SignalFollow, GPUs: 1, Queue: queue, Ahead: ctlblock.AheadOff}}
 	off := newHarness(t, l)
 	off.extraEnv = append(off.extraEnv, ctlblock.EnvSignal+"="+page.Path())
-	ch, wait := runLoop(t, off, kernelUS, 2.2, "kernel")
+	ch, wait := runLoop(t, off, kernelUS, 2.8, "kernel")
 	var ps []progress
 	var mu sync.Mutex
 	done := make(chan struct{})
@@ -82,18 +82,26 @@ func queueRun(t *testing.T, queue time.Duration, kernelUS int) (without, with in
 	b1 := float64(monoNS()) / 1e9
 	close(stop)
 	wg.Wait()
+	time.Sleep(250 * time.Millisecond) // online gone for longer than 100 ms
+	c0 := float64(monoNS()) / 1e9
+	time.Sleep(300 * time.Millisecond)
+	c1 := float64(monoNS()) / 1e9
 	<-done
 	wait()
 	mu.Lock()
 	defer mu.Unlock()
 	without, n0 := maxQueued(ps, a0, a1)
 	with, n1 := maxQueued(ps, b0, b1)
-	if n0 < 3 || n1 < 3 {
+	after, n2 := maxQueued(ps, c0, c1)
+	if n0 < 3 || n1 < 3 || n2 < 3 {
 		t.Fatalf("too few progress lines (%d without online, %d with): a stalled loop", n0, n1)
 	}
 	u := off.block.Usage()
-	t.Logf("queue %v, %d us kernels: most work queued %v without online, %v with (held %v)",
-		queue, kernelUS, time.Duration(without), time.Duration(with), u.OnlineHeld)
+	t.Logf("share %d bp, queue %v, %d us kernels: most work queued %v without online, %v with, %v after (held %v)",
+		share, queue, kernelUS, time.Duration(without), time.Duration(with), time.Duration(after), u.OnlineHeld)
+	if after < without/2 {
+		t.Errorf("online gone for 250 ms, yet at most %v queued (%v before it came): the bound stayed", time.Duration(after), time.Duration(without))
+	}
 	return without, with
 }
 
@@ -101,7 +109,7 @@ func queueRun(t *testing.T, queue time.Duration, kernelUS int) (without, with in
 // offline loop queues milliseconds of work; with online work active it keeps within the
 // 300 µs queue budget (3 launches).
 func TestQueueBoundWhileOnline(t *testing.T) {
-	without, with := queueRun(t, 300*time.Microsecond, 100)
+	without, with := queueRun(t, 9000, 300*time.Microsecond, 100)
 	if without < int64(time.Millisecond) {
 		t.Errorf("without online work, at most %v queued: want max_inflight's worth (~3.2ms)", time.Duration(without))
 	}
@@ -115,12 +123,25 @@ func TestQueueBoundWhileOnline(t *testing.T) {
 
 // TestQueueAlwaysOneLaunch: kernels longer than the budget still go, one at a time.
 func TestQueueAlwaysOneLaunch(t *testing.T) {
-	without, with := queueRun(t, 300*time.Microsecond, 1000)
+	without, with := queueRun(t, 9000, 300*time.Microsecond, 1000)
 	if without < int64(3*time.Millisecond) {
 		t.Errorf("without online work, at most %v queued: want several 1ms launches", time.Duration(without))
 	}
 	if with < int64(500*time.Microsecond) || with > int64(1300*time.Microsecond) {
 		t.Errorf("with online work active, %v queued: want one 1ms launch at a time", time.Duration(with))
+	}
+}
+
+// TestQueueBoundUnthrottled: an offline process that is not throttled (share 100%: the
+// gate's fast path) queues as much as the driver takes without online work, and is
+// bounded by the queue budget while online work is active.
+func TestQueueBoundUnthrottled(t *testing.T) {
+	without, with := queueRun(t, ctlblock.ShareFull, 300*time.Microsecond, 100)
+	if without < int64(5*time.Millisecond) {
+		t.Errorf("unthrottled, without online work, at most %v queued: want the driver's queue", time.Duration(without))
+	}
+	if with > int64(450*time.Microsecond) {
+		t.Errorf("unthrottled, with online work active, %v queued: want at most the 300us budget", time.Duration(with))
 	}
 }
 
