@@ -481,10 +481,10 @@ func (g *GPU) demand(in Input, d *Decision) {
 		d.Detail = fmt.Sprintf("a burst outlasted %v: new calm rate %.0f launches/s; demand %s", MaxBurst, det.mu, estText())
 	case afterBurst && rateEst >= 0 && !in.Fallback:
 		// NVML's window still holds the burst: believe the launch rate (over the
-		// periods since it ended, at most EndPeriods+1).
+		// EndPeriods calm periods that ended it, or the latest).
 		// NVML's utilisation less the burst's excess GPU time still in its window is
 		// also kept (after a ramp rather than a spike it is the better estimate).
-		rateEst = clamp(g.costAvg*g.recentRate(EndPeriods+1), 0, 1)
+		rateEst = clamp(g.costAvg*g.recentRate(EndPeriods), 0, 1)
 		clean := util - g.costAvg*g.burstExcess(UtilWindow+2*dt)/UtilWindow.Seconds()
 		now = math.Max(det.preBurst, math.Max(rateEst, clean))
 		d.Reason = ReasonBurstOver

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 )
@@ -164,5 +165,48 @@ func TestOwnSMPercentIsACeiling(t *testing.T) {
 		if ce, _ := f.g.Ceiling(tc.id); ce.BoundBy != tc.boundBy {
 			t.Errorf("%s: ceiling %+v, want bound by %s", tc.id, ce, tc.boundBy)
 		}
+	}
+}
+
+// Issue 14: the online containers' launch counts reach the burst detector. A steady
+// Poisson-free launch rate for a few seconds, then five times the rate while NVML's
+// utilisation still shows the calm value: the ceiling is cut in that period, the reason
+// says "burst", and the change is in the GPU's history; two calm periods later the
+// burst is over and the ceiling is back.
+func TestLaunchBurstCutsTheCeilingWithAReason(t *testing.T) {
+	const svc, train = 100, 200
+	f := setup(t, running("svc", api.Online, svc, "0"), running("train", api.Offline, train, "0"))
+	f.mon.sample(0, u32(40), map[uint32]*uint32{svc: u32(10), train: u32(30)})
+	now := time.Now()
+	var launches uint64
+	step := func(perPeriod uint64) Status {
+		launches += perPeriod
+		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.Launches = launches })
+		f.g.Step(context.Background(), now)
+		now = now.Add(100 * time.Millisecond)
+		return f.status(t, "GPU-a")
+	}
+	// Calm: 40 launches a period (400/s) at 10% utilisation.
+	var st Status
+	for range 40 {
+		st = step(40)
+	}
+	if st.Burst || math.Abs(st.OfflineShare-0.7) > 1e-9 || st.ReasonKey != "calm" {
+		t.Fatalf("calm: %+v", st)
+	}
+	st = step(200)
+	if !st.Burst || st.ReasonKey != "burst" || st.OfflineShare > 0.45 || st.OnlineDemand < 0.45 {
+		t.Fatalf("5x launches: %+v", st)
+	}
+	if h := st.History; len(h) == 0 || h[len(h)-1].Reason != "burst" || math.Abs(h[len(h)-1].To-100*st.OfflineShare) > 0.01 {
+		t.Errorf("history does not end with the burst: %+v", st.History)
+	}
+	if !strings.Contains(st.Reason, "burst detected") {
+		t.Errorf("reason %q", st.Reason)
+	}
+	step(40)
+	st = step(40)
+	if st.Burst || st.ReasonKey != "burst over" || math.Abs(st.OfflineShare-0.7) > 0.02 {
+		t.Errorf("two calm periods after the burst: %+v", st)
 	}
 }
