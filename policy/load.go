@@ -13,8 +13,9 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// maxFileSize bounds a policy file; real ones are a few KiB.
-const maxFileSize = 1 << 20
+// MaxFileSize bounds a policy file; real ones are a few KiB. muxflow-runtime (C) has the
+// same bound (POLICY_MAX_SIZE, checked by hook/wrapper's TestNativeConstants).
+const MaxFileSize = 1 << 20
 
 // Default returns the embedded default policy. It never fails: a test guards that.
 func Default() *Policy {
@@ -33,11 +34,11 @@ func Load(path string) (*Policy, error) {
 	}
 	defer f.Close()
 	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(f, maxFileSize+1)); err != nil {
+	if _, err := buf.ReadFrom(io.LimitReader(f, MaxFileSize+1)); err != nil {
 		return nil, fmt.Errorf("read policy %s: %w", path, err)
 	}
-	if buf.Len() > maxFileSize {
-		return nil, fmt.Errorf("policy %s is larger than %d bytes", path, maxFileSize)
+	if buf.Len() > MaxFileSize {
+		return nil, fmt.Errorf("policy %s is larger than %d bytes", path, MaxFileSize)
 	}
 	return Parse(buf.Bytes(), path)
 }

@@ -131,7 +131,7 @@ func TestLoad(t *testing.T) {
 		t.Errorf("missing file: got %v", err)
 	}
 	big := filepath.Join(dir, "big.toml")
-	if err := os.WriteFile(big, []byte(strings.Repeat("#", maxFileSize+10)), 0o644); err != nil {
+	if err := os.WriteFile(big, []byte(strings.Repeat("#", MaxFileSize+10)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Load(big); err == nil || !strings.Contains(err.Error(), "larger than") {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/muxflow/muxflow/hook/ocihook"
+	"github.com/muxflow/muxflow/hook/prepare"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -36,7 +38,11 @@ func TestNativeConstants(t *testing.T) {
 		"POLICY_DEFAULT_RUNTIME": def.Hook.Runtime,
 		"POLICY_DEFAULT_SOCKET":  def.Node.Socket,
 		"POLICY_DEFAULT_TIMEOUT": def.Hook.Timeout.D().String(),
-		"POLICY_MAX_TIMEOUT_NS":  strconv.FormatInt(maxHookTimeout(t).Nanoseconds(), 10) + "LL",
+		"POLICY_MAX_TIMEOUT_NS":  strconv.FormatInt(maxHookTimeout(t).Nanoseconds(), 10),
+		"POLICY_MAX_SIZE":        strconv.Itoa(policy.MaxFileSize),
+		"CONFIG_NAME":            "config.json",
+		"CONFIG_MAX_SIZE":        strconv.Itoa(prepare.MaxSpecSize),
+		"MUXD_MAX_STATE":         strconv.Itoa(ocihook.MaxStateSize),
 		"HOOK_NAME":              HookName,
 		"WRAPPER_NAME":           "muxflow-wrapper",
 		"MUXD_PATH_CREATE":       api.RuntimeCreatePath,
@@ -48,11 +54,17 @@ func TestNativeConstants(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hookDir, "cmd", want["WRAPPER_NAME"])); err != nil {
 		t.Errorf("WRAPPER_NAME names no program under hook/cmd: %v", err)
 	}
+	if maxSpecSize != prepare.MaxSpecSize {
+		t.Errorf("the wrapper reads config.json up to %d bytes, muxd up to %d", maxSpecSize, prepare.MaxSpecSize)
+	}
 	var src strings.Builder
-	src.WriteString("#include <stdio.h>\n#include \"policyscan.h\"\n#include \"execpath.h\"\n#include \"muxdcall.h\"\n" +
-		"#define S_(x) #x\n#define S(x) S_(x)\nint main(void) {\n")
+	src.WriteString("#include <stdio.h>\n#include \"policyscan.h\"\n#include \"execpath.h\"\n#include \"muxdcall.h\"\n#include \"bundle.h\"\n" +
+		"static void s(const char *n, const char *v) { printf(\"%s=%s\\n\", n, v); }\n" +
+		"static void i(const char *n, long long v) { printf(\"%s=%lld\\n\", n, v); }\n" +
+		"int main(void) {\n")
 	for name := range want {
-		fmt.Fprintf(&src, "printf(\"%%s=%%s\\n\", %q, _Generic((%s), char *: (%s), default: S(%s)));\n", name, name, name, name)
+		// Strings print as they are, numbers as their value.
+		fmt.Fprintf(&src, "_Generic((%s), char *: s, default: i)(%q, %s);\n", name, name, name)
 	}
 	src.WriteString("return 0;\n}\n")
 	dir := t.TempDir()

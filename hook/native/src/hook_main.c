@@ -17,11 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_STATE (1 << 20)
 #define USAGE "muxflow-hook: usage: muxflow-hook create-runtime|poststop --socket PATH [--timeout DURATION] < state.json"
 
 /* Static: untouched pages cost nothing, and real states are under 4 KiB. */
-static char state[MAX_STATE + 1];
+static char state[MUXD_MAX_STATE + 1];
 static struct muxd_reply reply;
 static char *answer;
 
@@ -106,8 +105,8 @@ int main(int argc, char **argv)
 		if (r == 0)
 			break;
 		got += (size_t)r;
-		if (got > MAX_STATE)
-			fail("muxflow-hook %s: container state is larger than %d bytes", cmd, MAX_STATE);
+		if (got > MUXD_MAX_STATE)
+			fail("muxflow-hook %s: container state is larger than %d bytes", cmd, MUXD_MAX_STATE);
 	}
 
 	snprintf(target, sizeof target, MUXD_PATH_HOOKS "%s", cmd);
