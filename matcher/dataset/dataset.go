@@ -200,3 +200,16 @@ func lucidKey(t *table, i int, model, ds, bs, amp string) (LucidKey, error) {
 	}
 	return LucidKey{Model: t.str(row, model), Dataset: t.str(row, ds), BatchSize: b, AMP: a == "1"}, nil
 }
+
+// DataDir returns <base>/<name> when base is given (muxmatch --data), else SharedDir(name);
+// either way ErrNoData names the path when it is absent.
+func DataDir(base, name string) (string, error) {
+	if base == "" {
+		return SharedDir(name)
+	}
+	dir := filepath.Join(base, name)
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("%w: %s (--data names the folder holding %s/)", ErrNoData, dir, name)
+	}
+	return dir, nil
+}

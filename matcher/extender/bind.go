@@ -51,5 +51,9 @@ func (s *Server) bind(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, extenderv1.ExtenderBindingResult{Error: fmt.Sprintf("bind pod %s: %v", id, err)})
 		return
 	}
+	// Bound: no longer a pending job for the next planning round.
+	s.mu.Lock()
+	delete(s.pending, id)
+	s.mu.Unlock()
 	writeJSON(w, extenderv1.ExtenderBindingResult{})
 }

@@ -30,12 +30,62 @@ const usage = `usage: muxmatch <command> [flags]
 
 commands:
   train DATA.csv -o MODEL     train the throughput predictor on co-location records
-  eval [DATA.csv]             leave-one-model-out evaluation against baselines
+  eval [DATA.csv] [--test F]  leave-one-model-out evaluation against baselines, or
+                              train on DATA.csv and score on the test file F
   import-lucid -o DATA.csv    convert the Lucid co-location data to the training CSV
   plan --reports F --jobs F   compute one pairing plan and print it
   serve                       plan every interval and serve the plan and extender
   replay                      cluster replay on the Alibaba GPU trace
+
+muxmatch <command> --help prints the command's usage and flags. Commands that read the
+Lucid or Alibaba data take --data DIR, the folder holding lucid-colocation/ and
+alibaba-gpu-v2023/ (default: ../shared/data next to the repository).
 `
+
+// commandUsage is each command's synopsis and description, printed by --help above its
+// flags.
+var commandUsage = map[string]string{
+	"train": `usage: muxmatch train DATA.csv [-o MODEL] [flags]
+
+Trains the throughput predictor (an MLP correcting the analytic model) on co-location
+records in the training CSV (see import-lucid for the format) and writes the model file.`,
+	"eval": `usage: muxmatch eval [DATA.csv] [--test TEST.csv] [--data DIR | --lucid DIR] [flags]
+
+Without --test: leave-one-model-out cross-validation of the mean, linear, analytic and
+MLP predictors on DATA.csv (default: the Lucid co-location data). With --test: each
+predictor is trained on DATA.csv (or the Lucid data) and scored on TEST.csv.`,
+	"import-lucid": `usage: muxmatch import-lucid [-o DATA.csv] [--data DIR | --dir DIR]
+
+Converts the Lucid co-location measurements to the training CSV.`,
+	"plan": `usage: muxmatch plan --reports REPORTS.json --jobs JOBS.json [flags]
+
+Computes one pairing plan of offline jobs onto GPUs from node reports and prints it.`,
+	"serve": `usage: muxmatch serve (--nodes SOCKETS|URLS | --reports FILE) [flags]
+
+Plans every interval and serves the plan (GET /v1/plan) and the kube-scheduler extender
+verbs (POST /filter, /prioritize and, with --bind, /bind, which records the planned GPU
+on the pod as muxflow.io/gpu before binding it).`,
+	"replay": `usage: muxmatch replay [--data DIR | --dir DIR --lucid DIR] [flags]
+
+Replays the Alibaba GPU trace on a simulated cluster under the matcher and baselines.`,
+}
+
+// helpError is a command's --help: Run prints the usage and succeeds.
+type helpError struct{ fs *flag.FlagSet }
+
+func (helpError) Error() string { return "help requested" }
+
+func printHelp(w io.Writer, cmd string, fs *flag.FlagSet) {
+	fmt.Fprintln(w, commandUsage[cmd])
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintln(w, "\nflags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+}
 
 // Run runs muxmatch with args (without the program name), writing results to
 // stdout.
@@ -44,6 +94,15 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New(usage)
 	}
 	cmd, rest := args[0], args[1:]
+	err := runCommand(ctx, cmd, rest, stdout)
+	if he, ok := err.(helpError); ok {
+		printHelp(stdout, cmd, he.fs)
+		return nil
+	}
+	return err
+}
+
+func runCommand(ctx context.Context, cmd string, rest []string, stdout io.Writer) error {
 	switch cmd {
 	case "train":
 		return runTrain(rest, stdout)
@@ -75,6 +134,9 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, helpError{fs}
+			}
 			return nil, fmt.Errorf("%s: %w", fs.Name(), err)
 		}
 		if fs.NArg() == 0 {
@@ -167,7 +229,9 @@ func runTrain(args []string, stdout io.Writer) error {
 
 func runEval(args []string, stdout io.Writer) error {
 	fs := newFlags("eval")
-	lucid := fs.String("lucid", "", "Lucid data folder (default ../shared/data/lucid-colocation when no DATA.csv is given)")
+	lucid := fs.String("lucid", "", "Lucid data folder (default <data>/lucid-colocation when no DATA.csv is given)")
+	data := fs.String("data", "", "folder holding the data sets (default ../shared/data next to the repository)")
+	testFile := fs.String("test", "", "score on this co-location CSV after training on DATA.csv (or the Lucid data) instead of cross-validating")
 	asJSON := fs.Bool("json", false, "print the reports as JSON")
 	trainer := trainerFlags(fs)
 	pos, err := parse(fs, args)
@@ -187,7 +251,7 @@ func runEval(args []string, stdout io.Writer) error {
 	case len(pos) == 0:
 		dir := *lucid
 		if dir == "" {
-			if dir, err = dataset.SharedDir("lucid-colocation"); err != nil {
+			if dir, err = dataset.DataDir(*data, "lucid-colocation"); err != nil {
 				return err
 			}
 		}
@@ -199,10 +263,22 @@ func runEval(args []string, stdout io.Writer) error {
 	default:
 		return errors.New("eval: give at most one DATA.csv")
 	}
+	var test []profile.Colocation
+	if *testFile != "" {
+		if test, err = readColocations(*testFile); err != nil {
+			return err
+		}
+	}
 	var reports []predict.Report
 	for _, tr := range []predict.Trainer{predict.MeanTrainer{}, predict.LinearTrainer{}, predict.Fixed{P: predict.Analytic{}}, t} {
 		start := time.Now()
-		r, err := predict.LeaveOneModelOut(recs, tr)
+		var r predict.Report
+		var err error
+		if test != nil {
+			r, err = predict.TrainTest(recs, test, tr, *testFile)
+		} else {
+			r, err = predict.LeaveOneModelOut(recs, tr)
+		}
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
@@ -215,7 +291,11 @@ func runEval(args []string, stdout io.Writer) error {
 		return enc.Encode(reports)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "leave-one-model-out over %d co-locations (%d samples)\n", len(recs), 2*len(recs))
+	if test != nil {
+		fmt.Fprintf(tw, "trained on %d co-locations, scored on %d from %s\n", len(recs), len(test), *testFile)
+	} else {
+		fmt.Fprintf(tw, "leave-one-model-out over %d co-locations (%d samples)\n", len(recs), 2*len(recs))
+	}
 	fmt.Fprintln(tw, "model\tMAE\tSpearman(pooled)\tSpearman(fold mean)\tper held-out family (MAE / Spearman)")
 	for _, r := range reports {
 		var parts []string
@@ -229,7 +309,8 @@ func runEval(args []string, stdout io.Writer) error {
 
 func runImportLucid(args []string, stdout io.Writer) error {
 	fs := newFlags("import-lucid")
-	dir := fs.String("dir", "", "Lucid data folder (default ../shared/data/lucid-colocation)")
+	dir := fs.String("dir", "", "Lucid data folder (default <data>/lucid-colocation)")
+	data := fs.String("data", "", "folder holding the data sets (default ../shared/data next to the repository)")
 	out := fs.String("o", "-", "CSV file to write (- for stdout)")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -237,7 +318,7 @@ func runImportLucid(args []string, stdout io.Writer) error {
 	d := *dir
 	if d == "" {
 		var err error
-		if d, err = dataset.SharedDir("lucid-colocation"); err != nil {
+		if d, err = dataset.DataDir(*data, "lucid-colocation"); err != nil {
 			return err
 		}
 	}
@@ -435,8 +516,9 @@ func mergeJobs(a, b []plan.Job) []plan.Job {
 
 func runReplay(args []string, stdout io.Writer) error {
 	fs := newFlags("replay")
-	dir := fs.String("dir", "", "Alibaba trace folder (default ../shared/data/alibaba-gpu-v2023)")
-	lucid := fs.String("lucid", "", "Lucid folder for workload profiles (default ../shared/data/lucid-colocation)")
+	dir := fs.String("dir", "", "Alibaba trace folder (default <data>/alibaba-gpu-v2023)")
+	lucid := fs.String("lucid", "", "Lucid folder for workload profiles (default <data>/lucid-colocation)")
+	data := fs.String("data", "", "folder holding the data sets (default ../shared/data next to the repository)")
 	windows := fs.Int("windows", 1, "cut the trace into this many windows of consecutive task creations (1: the whole trace at once)")
 	seed := fs.Uint64("seed", 1, "random seed for profiles and the random baseline")
 	model := fs.String("model", "", "trained model file (default: the analytic predictor)")
@@ -454,12 +536,12 @@ func runReplay(args []string, stdout io.Writer) error {
 	var err error
 	d, l := *dir, *lucid
 	if d == "" {
-		if d, err = dataset.SharedDir("alibaba-gpu-v2023"); err != nil {
+		if d, err = dataset.DataDir(*data, "alibaba-gpu-v2023"); err != nil {
 			return err
 		}
 	}
 	if l == "" {
-		if l, err = dataset.SharedDir("lucid-colocation"); err != nil {
+		if l, err = dataset.DataDir(*data, "lucid-colocation"); err != nil {
 			return err
 		}
 	}

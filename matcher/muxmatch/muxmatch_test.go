@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -294,5 +295,50 @@ func TestRecorderAppendsEachColocationOnce(t *testing.T) {
 	}
 	if len(recs) != 2 || recs[0].ANormTput != 0.8 || recs[1].ANormTput != 0.7 {
 		t.Errorf("file holds %+v", recs)
+	}
+}
+
+func TestEveryCommandHelp(t *testing.T) {
+	for _, cmd := range []string{"train", "eval", "import-lucid", "plan", "serve", "replay"} {
+		for _, flagName := range []string{"--help", "-h"} {
+			out, err := run(t, cmd, flagName)
+			if err != nil {
+				t.Errorf("muxmatch %s %s: %v", cmd, flagName, err)
+			}
+			if !strings.HasPrefix(out, "usage: muxmatch "+cmd) || !strings.Contains(out, "flags:") {
+				t.Errorf("muxmatch %s %s printed:\n%s", cmd, flagName, out)
+			}
+		}
+	}
+}
+
+func TestEvalTestFileAndDataFlag(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "lucid.csv")
+	if _, err := run(t, "import-lucid", "-o", data); err != nil {
+		t.Fatal(err)
+	}
+	// Split the records: train on the first rows, score on the rest.
+	raw, err := os.ReadFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSpace(string(raw)), "\n")
+	head, rows := lines[0], lines[1:]
+	cut := len(rows) * 2 / 3
+	train, test := filepath.Join(dir, "train.csv"), filepath.Join(dir, "test.csv")
+	os.WriteFile(train, []byte(head+strings.Join(rows[:cut], "")), 0o600)
+	os.WriteFile(test, []byte(head+strings.Join(rows[cut:], "")), 0o600)
+	out, err := run(t, "eval", train, "--test", test, "--hidden", "4", "--epochs", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("trained on %d co-locations, scored on %d from %s", cut, len(rows)-cut, test)
+	if !strings.Contains(out, want) || !strings.Contains(out, "analytic") {
+		t.Errorf("eval --test output lacks %q:\n%s", want, out)
+	}
+	// --data names the folder holding the data sets; a wrong one is named in the error.
+	if _, err := run(t, "import-lucid", "--data", dir, "-o", filepath.Join(dir, "x.csv")); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "lucid-colocation")) {
+		t.Errorf("import-lucid --data %s: err = %v", dir, err)
 	}
 }

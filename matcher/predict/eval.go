@@ -168,3 +168,22 @@ func pearson(x, y []float64) float64 {
 	}
 	return sxy / math.Sqrt(sxx*syy)
 }
+
+// TrainTest fits t on train and scores it on test: a model trained on one data set and
+// judged on another (muxmatch eval --test). The report has one fold named held.
+func TrainTest(train, test []profile.Colocation, t Trainer, held string) (Report, error) {
+	if len(train) == 0 || len(test) == 0 {
+		return Report{}, fmt.Errorf("need training and test co-locations (have %d and %d)", len(train), len(test))
+	}
+	p, err := t.Fit(Samples(train))
+	if err != nil {
+		return Report{}, err
+	}
+	var pred, truth []float64
+	for _, s := range Samples(test) {
+		pred = append(pred, p.Predict(s.A, s.B))
+		truth = append(truth, s.Tput)
+	}
+	f := Fold{Held: held, Train: 2 * len(train), Test: len(pred), MAE: MAE(pred, truth), Spearman: Spearman(pred, truth)}
+	return Report{Model: p.Name(), Folds: []Fold{f}, MAE: f.MAE, Spearman: f.Spearman, FoldSpearman: f.Spearman}, nil
+}
