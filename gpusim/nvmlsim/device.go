@@ -267,3 +267,28 @@ func (d *Device) GpmSampleGet(s nvml.GpmSample) nvml.Return {
 		busyNs: st.BusyNs, smNs: st.SMNs}
 	return nvml.SUCCESS
 }
+
+// GetFieldValues answers the power fields (milliwatts) in one reading, as
+// nvmlDeviceGetFieldValues does; every other field is NOT_SUPPORTED.
+func (d *Device) GetFieldValues(vals []nvml.FieldValue) nvml.Return {
+	st, r := d.l.dev(d.index)
+	if r != nvml.SUCCESS {
+		return r
+	}
+	for i := range vals {
+		var v uint32
+		switch vals[i].FieldId {
+		case nvml.FI_DEV_POWER_INSTANT:
+			v = uint32(math.Round(st.PowerW * 1000))
+		case nvml.FI_DEV_POWER_CURRENT_LIMIT:
+			v = uint32(math.Round(st.PowerLimitW * 1000))
+		default:
+			vals[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+			continue
+		}
+		vals[i].ValueType, vals[i].NvmlReturn = uint32(nvml.VALUE_TYPE_UNSIGNED_INT), uint32(nvml.SUCCESS)
+		vals[i].Timestamp = st.TimestampUnixUs
+		vals[i].Value = [8]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
+	}
+	return nvml.SUCCESS
+}
