@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"syscall"
+	"time"
+
+	"github.com/muxflow/muxflow/matcher/plan"
+	"github.com/muxflow/muxflow/matcher/predict"
+	"github.com/muxflow/muxflow/matcher/profile"
+)
+
+// cluster builds n GPUs (8 per node) running `services` distinct online services, and m
+// pending jobs of `kinds` profiles (as matcher/plan's benchmark does).
+func cluster(n, m, services, kinds int, seed uint64) ([]profile.NodeReport, []plan.Job, []profile.Profile, []profile.Profile) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	svc := make([]profile.Profile, services)
+	for i := range svc {
+		svc[i] = profile.Profile{GPUUtil: 5 + 60*r.Float64(), MemBWUtil: 40 * r.Float64(), MemoryMiB: 2000 + 30000*r.Float64()}
+	}
+	var reports []profile.NodeReport
+	for i := 0; i < n; i += 8 {
+		rep := profile.NodeReport{Node: profile.NodeInfo{Name: fmt.Sprintf("node-%d", i/8)}}
+		typ := []string{"A100", "H200", "L40S"}[r.IntN(3)]
+		for g := i; g < min(n, i+8); g++ {
+			p := svc[r.IntN(services)]
+			rep.GPUs = append(rep.GPUs, profile.GPUReport{UUID: fmt.Sprintf("GPU-%d", g), Type: typ, MemoryTotalMiB: 81920,
+				MemoryFreeMiB: 81920 - p.MemoryMiB, Health: profile.Healthy, Online: &profile.Workload{ID: "svc", Profile: p}})
+		}
+		reports = append(reports, rep)
+	}
+	kind := make([]profile.Profile, kinds)
+	for i := range kind {
+		kind[i] = profile.Profile{GPUUtil: 20 + 80*r.Float64(), MemBWUtil: 70 * r.Float64(), MemoryMiB: 2000 + 40000*r.Float64(), BatchSize: 32 << r.IntN(3)}
+	}
+	jobs := make([]plan.Job, m)
+	for j := range jobs {
+		jobs[j] = plan.Job{ID: fmt.Sprintf("batch/j%d", j), Profile: kind[r.IntN(kinds)]}
+	}
+	return reports, jobs, svc, kind
+}
+
+// perturb changes frac of the GPUs (another online service) and replaces frac of the
+// jobs (new ids, other profiles): one round's worth of churn.
+func perturb(reports []profile.NodeReport, jobs []plan.Job, svc, kind []profile.Profile, frac float64, seed uint64) ([]profile.NodeReport, []plan.Job) {
+	r := rand.New(rand.NewPCG(seed, 2))
+	out := make([]profile.NodeReport, len(reports))
+	total := 0
+	for i, rep := range reports {
+		out[i] = rep
+		out[i].GPUs = append([]profile.GPUReport(nil), rep.GPUs...)
+		total += len(rep.GPUs)
+	}
+	for range int(frac * float64(total)) {
+		rep := &out[r.IntN(len(out))]
+		g := &rep.GPUs[r.IntN(len(rep.GPUs))]
+		p := svc[r.IntN(len(svc))]
+		g.Online = &profile.Workload{ID: "svc", Profile: p}
+		g.MemoryFreeMiB = 81920 - p.MemoryMiB
+	}
+	nj := append([]plan.Job(nil), jobs...)
+	for k := range int(frac * float64(len(jobs))) {
+		nj[r.IntN(len(nj))] = plan.Job{ID: fmt.Sprintf("batch/new%d", k), Profile: kind[r.IntN(len(kind))]}
+	}
+	// Replacing may hit the same slot twice: ids stay unique because each new id is.
+	return out, nj
+}
+
+// cpuSeconds is this process's user+system CPU time.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+func benchPlan(reps int) error {
+	const n = 20000
+	fmt.Printf("\n== muxmatch re-plan: %d GPUs × %d jobs, top-64, analytic predictor, after 1%% of GPUs and jobs change; %d runs, medians (target warm ≤ 0.1 s CPU, same optimum as cold)\n", n, n, reps)
+	fmt.Printf("%-6s %10s %10s %9s %14s\n", "solve", "CPU s", "wall s", "assigned", "total weight")
+	var cold, warm, coldWall, warmWall []float64
+	var lastCold, lastWarm *plan.Plan
+	same := true
+	for rep := range reps {
+		reports, jobs, svc, kind := cluster(n, n, 300, 200, uint64(rep+1))
+		reports2, jobs2 := perturb(reports, jobs, svc, kind, 0.01, uint64(rep+1))
+		cfg := plan.Config{Predictor: predict.Analytic{}, Mode: plan.TopK}
+		// Warm: a planner that planned the previous round.
+		pw, err := plan.NewPlanner(cfg)
+		if err != nil {
+			return err
+		}
+		if _, err := pw.Plan(reports, jobs); err != nil {
+			return err
+		}
+		c0, t0 := cpuSeconds(), time.Now()
+		w, err := pw.Plan(reports2, jobs2)
+		if err != nil {
+			return err
+		}
+		warm, warmWall = append(warm, cpuSeconds()-c0), append(warmWall, time.Since(t0).Seconds())
+		// Cold: a fresh planner on the same (changed) round.
+		pc, err := plan.NewPlanner(cfg)
+		if err != nil {
+			return err
+		}
+		c0, t0 = cpuSeconds(), time.Now()
+		c, err := pc.Plan(reports2, jobs2)
+		if err != nil {
+			return err
+		}
+		cold, coldWall = append(cold, cpuSeconds()-c0), append(coldWall, time.Since(t0).Seconds())
+		if len(c.Assignments) != len(w.Assignments) || math.Abs(c.Stats.TotalWeight-w.Stats.TotalWeight) > 1e-6*math.Max(1, c.Stats.TotalWeight) {
+			same = false
+		}
+		lastCold, lastWarm = c, w
+	}
+	fmt.Printf("%-6s %10.3f %10.3f %9d %14.4f\n", "cold", median(cold), median(coldWall), len(lastCold.Assignments), lastCold.Stats.TotalWeight)
+	fmt.Printf("%-6s %10.3f %10.3f %9d %14.4f\n", "warm", median(warm), median(warmWall), len(lastWarm.Assignments), lastWarm.Stats.TotalWeight)
+	fmt.Printf("warm/cold CPU %.2f×; same optimum as cold in every run: %v\n", median(warm)/median(cold), same)
+	return nil
+}
