@@ -155,9 +155,9 @@ func measureMuxd(ctx context.Context, bin, gpus string, ngpu, n int, window time
 
 func benchMuxd(ctx context.Context, bin, base string, window time.Duration, reps int) error {
 	type cfg struct {
-		name       string
-		gpus       string
-		ngpu, n    int
+		name    string
+		gpus    string
+		ngpu, n int
 	}
 	cfgs := []cfg{
 		{"8 GPUs, no containers", "h100x8", 8, 0},

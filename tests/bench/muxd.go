@@ -135,7 +135,6 @@ func (r *muxdRun) stop() {
 	r.sim.Stop()
 }
 
-
 // cpuTicks is utime+stime of pid in clock ticks.
 func cpuTicks(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
