@@ -48,7 +48,18 @@ go-test:
 c-test:
 	@for d in $(C_PARTS); do $(MAKE) -C $$d test BUILD=$(BUILD) || exit 1; done
 
+# bench first prints muxflow's own overhead next to its baselines (tests/bench, issue 19:
+# muxd CPU and RSS against a muxd built from BENCH_BASE_REV, NVML calls per sample,
+# muxmatch warm against cold re-plan; docs/performance.md), then every Go and C benchmark
+# (hook/e2e's BenchmarkRuncRun: container start against plain runc). BENCH_BASE_REV=
+# (empty) skips the baseline muxd; BENCH_FLAGS passes flags to tests/bench.
+BENCH_BASE_REV ?= 42af0a3
+BENCH_FLAGS    ?=
 bench: build
+	@base=""; if [ -n "$(BENCH_BASE_REV)" ]; then d=$(BUILD)/bench-base; rm -rf $$d && mkdir -p $$d/src && \
+	  git archive $(BENCH_BASE_REV) | tar -x -C $$d/src && (cd $$d/src && $(GO) build -buildmode=pie -o $$d/muxd ./muxd/cmd/muxd) && \
+	  base="-base-muxd $$d/muxd"; fi; \
+	MUXFLOW_BUILD=$(BUILD) $(GO) run ./tests/bench $$base $(BENCH_FLAGS)
 	MUXFLOW_BUILD=$(BUILD) $(GO) test -run '^$$' -bench . -benchtime 2s ./...
 	@for d in $(C_PARTS); do $(MAKE) -C $$d bench BUILD=$(BUILD) || exit 1; done
 
