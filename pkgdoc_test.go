@@ -30,6 +30,9 @@ func TestPackageDocs(t *testing.T) {
 				name == "testdata" || name == "vendor" || name == "build" || name == "dist") {
 				return filepath.SkipDir
 			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != "." {
+				return filepath.SkipDir // another module
+			}
 			return nil
 		}
 		if !strings.HasSuffix(name, ".go") {
