@@ -16,7 +16,7 @@ GOTEST_FLAGS ?= -count=1 -timeout 12m
 
 export BUILD
 
-.PHONY: all build go-build c-build test go-test c-test bench lint demo deps package clean
+.PHONY: all build go-build c-build test go-test c-test docs-test bench lint demo deps package clean
 
 all: build
 
@@ -40,7 +40,7 @@ $(CONTAINERD2):
 	@mkdir -p $(BUILD)/tools
 	cd /tmp && GOBIN=$(BUILD)/tools GOFLAGS= $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$$(cd $(CURDIR) && $(GO) list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 
-test: deps build $(CONTAINERD2) go-test c-test
+test: deps build $(CONTAINERD2) go-test c-test docs-test
 
 go-test:
 	MUXFLOW_BUILD=$(BUILD) $(GO) test $(GOTEST_FLAGS) ./...
@@ -55,6 +55,12 @@ c-test:
 # (empty) skips the baseline muxd; BENCH_FLAGS passes flags to tests/bench.
 BENCH_BASE_REV ?= 42af0a3
 BENCH_FLAGS    ?=
+# docs-test runs the shell blocks marked runnable in docs/install.md,
+# docs/try-without-a-gpu.md and docs/kubernetes.md against freshly built packages, each
+# document in a throwaway root (tests/docs/README.md). Root, like the package test.
+docs-test: build
+	BUILD=$(BUILD) ./tests/docs/run.sh
+
 bench: build
 	@base=""; if [ -n "$(BENCH_BASE_REV)" ]; then d=$(BUILD)/bench-base; rm -rf $$d && mkdir -p $$d/src && \
 	  git archive $(BENCH_BASE_REV) | tar -x -C $$d/src && (cd $$d/src && $(GO) build -buildmode=pie -o $$d/muxd ./muxd/cmd/muxd) && \

@@ -28,14 +28,14 @@ fail() { echo "docs test: FAIL: $*" >&2; exit 1; }
 extract() {
 	awk -v doc="$1" '
 		/^```/ {
-			if (inblk) { inblk = 0; print "echo \"--- end of block at " doc ":" start "\""; next }
+			if (inblk) { inblk = 0; print "echo \"--- end of block at " doc ":" start " ($((SECONDS - docs_t))s)\""; next }
 			info = substr($0, 4); gsub(/^[ \t]+|[ \t]+$/, "", info)
 			n = split(info, w, /[ \t]+/)
 			run = 0
 			for (i = 2; i <= n; i++) if (w[i] == "runnable") run = 1
 			if (w[1] == "sh" && run) {
 				inblk = 1; start = NR + 1; blocks++
-				print "echo; echo \"--- block at " doc ":" start "\""
+				print "echo; echo \"--- block at " doc ":" start "\"; docs_t=$SECONDS"
 				next
 			}
 			skip = !skip
