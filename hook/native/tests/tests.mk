@@ -38,7 +38,7 @@ $(TESTDIR)/unit: tests/unit.c tests/check.h $(SANLIBOBJS) | $(TESTDIR)
 $(TESTDIR)/vectors: tests/vectors.c tests/vec.h tests/check.h $(SANLIBOBJS) | $(TESTDIR)
 	$(CC) $(SAN_FLAGS) -o $@ tests/vectors.c $(SANLIBOBJS)
 
-$(TESTDIR)/fuzz: tests/fuzz.c tests/check.h $(SANLIBOBJS) | $(TESTDIR)
+$(TESTDIR)/fuzz: tests/fuzz.c tests/check.h tests/vec.h $(SANLIBOBJS) | $(TESTDIR)
 	$(CC) $(SAN_FLAGS) -o $@ tests/fuzz.c $(SANLIBOBJS)
 
 $(TESTDIR)/progtest: tests/progtest.c tests/check.h | $(TESTDIR)
@@ -52,7 +52,7 @@ $(TESTDIR)/fakeruntime: tests/fakeruntime.c | $(TESTDIR)
 test: all $(TEST_PROGS)
 	$(SAN_ENV) $(TESTDIR)/unit $(DEFAULT_POLICY) $(TESTDATA)/spec-plain.json
 	$(SAN_ENV) $(TESTDIR)/vectors $(VECTORS)
-	$(SAN_ENV) $(TESTDIR)/fuzz $(DEFAULT_POLICY) $(TESTDATA)/spec-plain.json
+	$(SAN_ENV) $(TESTDIR)/fuzz $(DEFAULT_POLICY) $(TESTDATA)/spec-plain.json $(VECTORS)
 	$(SAN_ENV) $(TESTDIR)/progtest $(SANDIR) $(TESTDIR)/fakeruntime $(TESTDATA)/spec-plain.json
 	$(SAN_ENV) $(TESTDIR)/progtest $(BINDIR) $(TESTDIR)/fakeruntime $(TESTDATA)/spec-plain.json
 

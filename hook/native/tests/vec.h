@@ -33,13 +33,13 @@ struct vec_file {
 	struct vec_rec *r;
 };
 
-static void vec_die(const char *name, int lineno, const char *why)
+static inline void vec_die(const char *name, int lineno, const char *why)
 {
 	fprintf(stderr, "vec: %s:%d: %s\n", name, lineno, why);
 	exit(2);
 }
 
-static int vec_hex(int c)
+static inline int vec_hex(int c)
 {
 	if (c >= '0' && c <= '9')
 		return c - '0';
@@ -51,7 +51,7 @@ static int vec_hex(int c)
 }
 
 /* vec_unquote reads the string at *p (at its opening quote), Go escapes. */
-static struct vec_val vec_unquote(const char **p, const char *end, const char *name, int lineno)
+static inline struct vec_val vec_unquote(const char **p, const char *end, const char *name, int lineno)
 {
 	const char *s = *p + 1;
 	char *out = malloc((size_t)(end - s) + 1), *w = out;
@@ -117,7 +117,7 @@ static struct vec_val vec_unquote(const char **p, const char *end, const char *n
 }
 
 /* vec_load reads dir/name. */
-static void vec_load(const char *dir, const char *name, struct vec_file *f)
+static inline void vec_load(const char *dir, const char *name, struct vec_file *f)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -183,7 +183,7 @@ static void vec_load(const char *dir, const char *name, struct vec_file *f)
 		vec_die(name, lineno, "no record");
 }
 
-static const struct vec_line *vec_get(const struct vec_rec *r, const char *key)
+static inline const struct vec_line *vec_get(const struct vec_rec *r, const char *key)
 {
 	for (int i = 0; i < r->n; i++)
 		if (strcmp(r->l[i].key, key) == 0)
@@ -192,30 +192,30 @@ static const struct vec_line *vec_get(const struct vec_rec *r, const char *key)
 }
 
 /* vec_str is the first value of key, or def. */
-static const char *vec_str(const struct vec_rec *r, const char *key, const char *def)
+static inline const char *vec_str(const struct vec_rec *r, const char *key, const char *def)
 {
 	const struct vec_line *l = vec_get(r, key);
 	return l && l->n > 0 ? l->v[0].s : def;
 }
 
 /* vec_val is the first value of key with its length; NULL when absent. */
-static const struct vec_val *vec_val(const struct vec_rec *r, const char *key)
+static inline const struct vec_val *vec_val(const struct vec_rec *r, const char *key)
 {
 	const struct vec_line *l = vec_get(r, key);
 	return l && l->n > 0 ? &l->v[0] : NULL;
 }
 
-static const char *vec_kind(const struct vec_rec *r)
+static inline const char *vec_kind(const struct vec_rec *r)
 {
 	return r->l[0].key;
 }
 
-static const char *vec_name(const struct vec_rec *r)
+static inline const char *vec_name(const struct vec_rec *r)
 {
 	return r->l[0].n > 0 ? r->l[0].v[0].s : "";
 }
 
-static void vec_free(struct vec_file *f)
+static inline void vec_free(struct vec_file *f)
 {
 	for (int i = 0; i < f->n; i++) {
 		for (int j = 0; j < f->r[i].n; j++) {
