@@ -94,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	cfg := monitor.DefaultConfig()
 	cfg.Period = o.period
+	// The probe characterises a GPU over a short run: every metric every period.
+	cfg.SlowPeriod = 0
 	m, err := monitor.New(lib, cfg, nil, log)
 	if err != nil {
 		return err
