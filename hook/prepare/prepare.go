@@ -1,9 +1,11 @@
-// Package prepare is what happens to a container's spec when the container is created:
-// decide whether it is a GPU container, classify it, register it and wire the spec into
-// MPS and libxcuda. muxd runs it in-process when muxflow-runtime sends a create request
-// (POST /v1/runtime/create), so a GPU container costs one round trip to a warm daemon on
-// the creation path rather than a Go process start per step. The caller writes the
-// returned spec into the bundle: muxd itself never writes outside its own directories.
+// Package prepare is what happens to a container's spec when the container is created,
+// in two steps around muxd's registration: Inspect decides whether it is a GPU container
+// and makes its registration (hook/classify), and, once muxd has registered it, Wire wires
+// the spec into MPS and libxcuda. muxd runs both in-process when muxflow-runtime sends a
+// create request (POST /v1/runtime/create, muxd/daemon/runtime.go), so a GPU container
+// costs one round trip to a warm daemon on the creation path rather than a Go process
+// start per step. The caller writes the returned spec into the bundle: muxd itself never
+// writes outside its own directories.
 package prepare
 
 import (
@@ -30,12 +32,6 @@ const MaxSpecSize = 16 << 20
 // as the container's /etc/ld.so.preload. It lives with the control block so that only
 // muxd writes it and it goes away when the container is unregistered.
 const PreloadFile = "ld.so.preload"
-
-// Registry is the part of muxd the preparation needs.
-type Registry interface {
-	Register(api.RegisterRequest) (api.Container, error)
-	Unregister(id string) error
-}
 
 // Request is one container creation as the runtime sees it.
 type Request struct {
@@ -66,67 +62,72 @@ func (e invalid) Is(target error) bool { return target == ErrInvalid }
 
 func invalidf(format string, a ...any) error { return invalid{fmt.Errorf(format, a...)} }
 
-// Create prepares one container. For a container that asks for no GPU it returns nil and
-// registers nothing. For a GPU container it registers it and returns the wired
-// config.json; when wiring fails after the registration, the registration is undone.
-func Create(req Request, p *policy.Policy, reg Registry) (*api.Container, []byte, error) {
+// Prepared is a GPU container's spec, inspected and ready to be wired once muxd has
+// registered its Registration.
+type Prepared struct {
+	// Registration is the container's registration: id, GPUs, names, and its class and
+	// limits as hook/classify accepted them.
+	Registration classify.Registration
+	req          Request
+	spec         specs.Spec
+}
+
+// Inspect reads one container's spec. For a container that asks for no GPU it returns nil.
+// For a GPU container it returns its registration and the spec to wire; every error is an
+// ErrInvalid: the request can never succeed as sent.
+func Inspect(req Request, p *policy.Policy) (*Prepared, error) {
 	if len(req.Spec) > MaxSpecSize {
-		return nil, nil, invalidf("muxflow: container %q: config.json is larger than %d bytes", req.ID, MaxSpecSize)
+		return nil, invalidf("muxflow: container %q: config.json is larger than %d bytes", req.ID, MaxSpecSize)
 	}
 	var s specs.Spec
 	if err := json.Unmarshal(req.Spec, &s); err != nil {
-		return nil, nil, invalidf("muxflow: container %q: decode config.json: %v", req.ID, err)
+		return nil, invalidf("muxflow: container %q: decode config.json: %v", req.ID, err)
 	}
 	gpus, err := gpucontainer.Detect(&s)
 	if err != nil {
-		return nil, nil, invalidf("muxflow: container %q: %v", req.ID, err)
+		return nil, invalidf("muxflow: container %q: %v", req.ID, err)
 	}
 	if gpus == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err := api.ValidateID(req.ID); err != nil {
-		return nil, nil, invalidf("muxflow: cannot create GPU container: %v", err)
+		return nil, invalidf("muxflow: cannot create GPU container: %v", err)
 	}
 	if !cleanAbs(req.Bundle) {
-		return nil, nil, invalidf("muxflow: GPU container %s: bundle path %q is not absolute and clean", req.ID, req.Bundle)
+		return nil, invalidf("muxflow: GPU container %s: bundle path %q is not absolute and clean", req.ID, req.Bundle)
 	}
 	if req.HookBinary != "" && !cleanAbs(req.HookBinary) {
-		return nil, nil, invalidf("muxflow: GPU container %s: hook binary path %q is not absolute and clean", req.ID, req.HookBinary)
+		return nil, invalidf("muxflow: GPU container %s: hook binary path %q is not absolute and clean", req.ID, req.HookBinary)
 	}
 	if s.Process == nil {
-		return nil, nil, invalidf("muxflow: GPU container %s has no process in config.json", req.ID)
+		return nil, invalidf("muxflow: GPU container %s has no process in config.json", req.ID)
 	}
 	if g, planned, _ := gpucontainer.Planned(&s); planned && len(gpus) == 1 && gpus[0] == g {
 		// The GPU came from the scheduler's plan, not from a device plugin: give it.
 		if err := injectPlanned(&s, g); err != nil {
-			return nil, nil, invalid{err}
+			return nil, invalid{err}
 		}
 	}
 	// Annotations, or where the engine cannot set them (Docker < 24) MUXFLOW_CLASS & co.
-	class, limits, err := classify.Spec(s.Annotations, s.Process.Env, p)
+	reg, err := classify.Register(req.ID, gpus, ContainerdNamespace(req.Bundle), PodName(s.Annotations), s.Annotations, s.Process.Env, p)
+	switch {
+	case errors.Is(err, api.ErrInvalid): // the id, GPUs or names
+		return nil, invalidf("muxflow: cannot create GPU container: %v", err)
+	case err != nil: // one sentence naming the annotation or variable
+		return nil, invalid{err}
+	}
+	return &Prepared{Registration: reg, req: req, spec: s}, nil
+}
+
+// Wire returns the wired config.json of the registered container c. threadPercent is its
+// MPS active-thread ceiling (muxd/control MPSThreadCeiling). A failure leaves the
+// registration to the caller to undo.
+func (pr *Prepared) Wire(p *policy.Policy, c api.Container, threadPercent uint32) ([]byte, error) {
+	out, err := wire(pr.req, &pr.spec, p, c, threadPercent)
 	if err != nil {
-		return nil, nil, invalid{err}
+		return nil, fmt.Errorf("muxflow: cannot wire GPU container %s: %w", pr.req.ID, err)
 	}
-	rr := api.RegisterRequest{
-		ID: req.ID, Class: class, GPUs: gpus, Limits: limits,
-		Namespace: ContainerdNamespace(req.Bundle),
-		Pod:       PodName(s.Annotations),
-	}
-	if err := rr.Validate(); err != nil {
-		return nil, nil, invalidf("muxflow: cannot create GPU container: %v", err)
-	}
-	c, err := reg.Register(rr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("muxflow: muxd refused GPU container %s: %w", req.ID, err)
-	}
-	out, err := wire(req, &s, p, c)
-	if err != nil {
-		if uerr := reg.Unregister(req.ID); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("undo the registration: %w", uerr))
-		}
-		return nil, nil, fmt.Errorf("muxflow: cannot wire GPU container %s: %w", req.ID, err)
-	}
-	return &c, out, nil
+	return out, nil
 }
 
 func regularFile(path string) bool {
@@ -136,7 +137,7 @@ func regularFile(path string) bool {
 
 func cleanAbs(path string) bool { return filepath.IsAbs(path) && filepath.Clean(path) == path }
 
-func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte, error) {
+func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container, threadPercent uint32) ([]byte, error) {
 	if c.ID != req.ID {
 		return nil, fmt.Errorf("muxd registered id %q, not %q", c.ID, req.ID)
 	}
@@ -161,7 +162,7 @@ func wire(req Request, s *specs.Spec, p *policy.Policy, c api.Container) ([]byte
 	if sp := ctlblock.SignalPagePath(p.Node.RunDir); regularFile(sp) {
 		signal = sp
 	}
-	mods, err := wiring.Plan{Container: c, Policy: p, HookBinary: req.HookBinary, Preload: preload, Signal: signal}.Modifiers()
+	mods, err := wiring.Plan{Container: c, Policy: p, HookBinary: req.HookBinary, Preload: preload, Signal: signal, ThreadPercent: threadPercent}.Modifiers()
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package prepare
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/control"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -110,7 +112,26 @@ func (e *env) bundle(name string, envs []string, ann map[string]string) (string,
 }
 
 func (e *env) create(id, bundle string, spec []byte) (*api.Container, []byte, error) {
-	return Create(Request{ID: id, Bundle: bundle, HookBinary: e.hook, Spec: spec}, e.policy, e.reg)
+	return create(Request{ID: id, Bundle: bundle, HookBinary: e.hook, Spec: spec}, e.policy, e.reg)
+}
+
+// create runs the three steps of a create request as muxd does (muxd/daemon/runtime.go
+// runtimeCreate), with a fake registry.
+func create(req Request, p *policy.Policy, reg *fakeRegistry) (*api.Container, []byte, error) {
+	pr, err := Inspect(req, p)
+	if err != nil || pr == nil {
+		return nil, nil, err
+	}
+	c, err := reg.Register(pr.Registration.Request())
+	if err != nil {
+		return nil, nil, fmt.Errorf("muxflow: muxd refused GPU container %s: %w", req.ID, err)
+	}
+	out, err := pr.Wire(p, c, control.MPSThreadCeiling(c, p))
+	if err != nil {
+		reg.Unregister(c.ID)
+		return nil, nil, err
+	}
+	return &c, out, nil
 }
 
 func TestNonGPUContainerIsNotRegistered(t *testing.T) {
@@ -232,7 +253,7 @@ func TestBadPaths(t *testing.T) {
 		{ID: "c1", Bundle: b + "/../b", HookBinary: e.hook, Spec: spec},
 		{ID: "c1", Bundle: b, HookBinary: "muxflow-hook", Spec: spec},
 	} {
-		if _, _, err := Create(req, e.policy, e.reg); !errors.Is(err, ErrInvalid) {
+		if _, _, err := create(req, e.policy, e.reg); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: err = %v, want ErrInvalid", req, err)
 		}
 	}
@@ -361,7 +382,7 @@ func FuzzCreate(f *testing.F) {
 func TestNoHookWhenTheRuntimeReportsThePid(t *testing.T) {
 	e := newEnv(t)
 	b, spec := e.bundle("b", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil)
-	_, raw, err := Create(Request{ID: "c1", Bundle: b, Spec: spec}, e.policy, e.reg)
+	_, raw, err := create(Request{ID: "c1", Bundle: b, Spec: spec}, e.policy, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}

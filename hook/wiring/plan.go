@@ -31,6 +31,10 @@ type Plan struct {
 	// mounted read-write into online containers and read-only into offline ones; "" when
 	// muxd has none (an older muxd), and then nothing is mounted.
 	Signal string
+	// ThreadPercent is the container's MPS active-thread ceiling (muxd/control
+	// MPSThreadCeiling), set as CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the out-of-process
+	// backstop behind libxcuda's launch throttling. 0 or 100: no backstop, no variable.
+	ThreadPercent uint32
 }
 
 // Modifiers turns the plan into the list of changes, after checking that every host path
@@ -81,8 +85,8 @@ func (pl Plan) Modifiers() (List, error) {
 	default:
 		return nil, fmt.Errorf("muxd returned only one of the control block's limits and usage files")
 	}
-	if sm := threadPercent(c, p); sm > 0 {
-		env[EnvThreadPercent] = strconv.Itoa(sm)
+	if t := pl.ThreadPercent; t > 0 && t < 100 {
+		env[EnvThreadPercent] = strconv.FormatUint(uint64(t), 10)
 	}
 	if pl.Signal != "" {
 		// Online containers publish their pending work in it; offline ones only read it
@@ -105,24 +109,6 @@ func (pl Plan) Modifiers() (List, error) {
 		})
 	}
 	return append(mods, Annotation{AnnotationWired: string(c.Class)}), nil
-}
-
-// threadPercent is the MPS active-thread percentage: the out-of-process backstop behind
-// libxcuda's launch throttling. It can only be tightened at context creation, so it is the
-// most the container may ever get: its own request, else its class's ceiling; 100 means
-// no backstop is needed.
-func threadPercent(c api.Container, p *policy.Policy) int {
-	if c.Limits.SMPercent > 0 {
-		if c.Limits.SMPercent >= 100 {
-			return 0
-		}
-		return c.Limits.SMPercent
-	}
-	b, ok := p.ClassLimits(string(c.Class))
-	if !ok || b.SMMax >= 100 {
-		return 0
-	}
-	return max(1, int(math.Floor(float64(b.SMMax))))
 }
 
 // PreloadContents is the ld.so.preload that loads libxcuda, followed by the image's own

@@ -42,6 +42,9 @@ func TestPlanWiresContainer(t *testing.T) {
 		Policy:     p,
 		HookBinary: "/usr/bin/muxflow-hook",
 		Preload:    "/bundle/muxflow-ld.so.preload",
+		// What muxd's control.MPSThreadCeiling gives an offline container under the
+		// default policy (sm_max 70%).
+		ThreadPercent: 70,
 	}
 	mods, err := pl.Modifiers()
 	if err != nil {
@@ -97,7 +100,7 @@ func TestPlanWiresContainer(t *testing.T) {
 }
 
 func TestPlanDirectoryOnlyIsReadOnly(t *testing.T) {
-	pl := Plan{Container: container(api.Online, api.ControlPaths{Dir: "/run/mf/c/c1"}), Policy: testPolicy(), HookBinary: "/h", Preload: "/p"}
+	pl := Plan{Container: container(api.Online, api.ControlPaths{Dir: "/run/mf/c/c1"}), Policy: testPolicy(), HookBinary: "/h", Preload: "/p", ThreadPercent: 100}
 	mods, err := pl.Modifiers()
 	if err != nil {
 		t.Fatal(err)

@@ -61,15 +61,6 @@ const (
 	Offline Class = "offline"
 )
 
-// ParseClass validates a class name as written in an annotation or a request.
-func ParseClass(s string) (Class, error) {
-	switch Class(s) {
-	case Online, Offline:
-		return Class(s), nil
-	}
-	return "", fmt.Errorf("class %q is not one of online, offline", s)
-}
-
 // ContainerState is where a registered container is in its life.
 type ContainerState string
 
@@ -85,8 +76,9 @@ const (
 type Limits struct {
 	// GPUMemory caps device memory per GPU, in bytes; 0 means no cap. Optional.
 	GPUMemory uint64 `json:"gpu_memory,omitempty"`
-	// SMPercent is the share of SMs (MPS active-thread percentage) the container may use,
-	// 1..100; 0 means the class default. Optional.
+	// SMPercent is the container's own SM ceiling, a whole percentage within its class's
+	// sm_min..sm_max: its launch-gate share and MPS active-thread percentage never go above
+	// it. 0 means the class's sm_max. Optional.
 	SMPercent int `json:"sm_percent,omitempty"`
 }
 
@@ -100,7 +92,8 @@ type RegisterRequest struct {
 	// GPUs lists the GPUs the container may use, as NVIDIA_VISIBLE_DEVICES writes them
 	// (indexes, UUIDs or "all"). Required, non-empty.
 	GPUs []string `json:"gpus"`
-	// Limits requested by annotations, already validated against policy by the runtime.
+	// Limits the container asks for (0: the class default), checked against the class
+	// bounds by hook/classify.
 	Limits Limits `json:"limits"`
 	// Namespace is the containerd namespace (k8s.io, moby, default...). Optional.
 	Namespace string `json:"namespace,omitempty"`
@@ -345,13 +338,12 @@ func ValidateID(id string) error {
 	return nil
 }
 
-// Validate checks a registration before anything is stored.
+// Validate checks the form of a registration's id, GPUs and names. Its class and limits
+// are not checked here: hook/classify checks them against the policy, for the runtime's
+// create request and for POST /v1/containers alike (classify.Register, classify.Request).
 func (r *RegisterRequest) Validate() error {
 	if err := ValidateID(r.ID); err != nil {
 		return err
-	}
-	if _, err := ParseClass(string(r.Class)); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if len(r.GPUs) == 0 {
 		return fmt.Errorf("%w: gpus is empty", ErrInvalid)
@@ -363,9 +355,6 @@ func (r *RegisterRequest) Validate() error {
 		if !ValidGPU(g) {
 			return fmt.Errorf("%w: gpu %q is not an index, a GPU-/MIG- UUID or \"all\"", ErrInvalid, truncate(g))
 		}
-	}
-	if r.Limits.SMPercent < 0 || r.Limits.SMPercent > 100 {
-		return fmt.Errorf("%w: limits.sm_percent %d is outside 0..100", ErrInvalid, r.Limits.SMPercent)
 	}
 	if err := ValidateName("namespace", r.Namespace, 256); err != nil {
 		return err

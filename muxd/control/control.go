@@ -57,12 +57,14 @@ func (m *Manager) Paths(id string) api.ControlPaths {
 	}
 }
 
-// InitialLimits derives a new container's limits from its request and the policy. An
-// offline container's SM ceiling (launch-gate share and MPS active-thread percentage) is
-// min(its own sm-percent, its part of the class's sm_max), the budget being split with
-// the other offline containers in peers that share one of its GPUs, as the guard splits
-// it (alloc.SplitBudget): the first process can start before the guard's next period. The
-// guard changes share and MPS percentage afterwards; memory caps stay.
+// InitialLimits derives a new container's limits from its registration (class and limits
+// as hook/classify accepted them) and the policy. Its MPS active-thread percentage is its
+// MPSThreadCeiling. An offline container's SM ceiling (launch-gate share and MPS
+// active-thread percentage) is min(its own sm-percent, its part of the class's sm_max), the
+// budget being split with the other offline containers in peers that share one of its GPUs,
+// as the guard splits it (alloc.SplitBudget): the first process can start before the
+// guard's next period. The guard changes share and MPS percentage afterwards, never above
+// the ceiling; memory caps stay.
 func InitialLimits(c api.Container, p *policy.Policy, peers ...api.Container) ctlblock.Limits {
 	cl, _ := p.ClassLimits(string(c.Class))
 	l := ctlblock.Unlimited()
@@ -77,18 +79,14 @@ func InitialLimits(c api.Container, p *policy.Policy, peers ...api.Container) ct
 			l.MemoryBytes[i] = mem
 		}
 	}
-	sm := float64(c.Limits.SMPercent)
-	if sm == 0 && c.Class == api.Offline {
-		sm = float64(cl.SMMax)
-	}
+	l.MPSActiveThreadPercent = MPSThreadCeiling(c, p)
 	if c.Class == api.Offline {
-		sm = offlinePart(c, sm, p, peers)
-	}
-	if sm > 0 {
-		l.MPSActiveThreadPercent = uint32(sm + 0.5)
-	}
-	if c.Class == api.Offline {
-		l.ShareBP = uint32(sm*100 + 0.5)
+		own := float64(cl.SMMax)
+		if c.Limits.SMPercent > 0 {
+			own = float64(c.Limits.SMPercent)
+		}
+		part := offlinePart(c, own, p, peers)
+		l.MPSActiveThreadPercent, l.ShareBP = part, part*100
 	}
 	if p.Hook.FailClosed {
 		l.FailPolicy = ctlblock.FailClosed
@@ -96,9 +94,34 @@ func InitialLimits(c api.Container, p *policy.Policy, peers ...api.Container) ct
 	return l
 }
 
+// MPSThreadCeiling is the most MPS active-thread percentage a container may ever get: its
+// own sm-percent, else its class's sm_max when that is below 100; 0 (none) for a container
+// with neither. The MPS percentage can only be tightened when a process creates its CUDA
+// context, so the wiring puts this ceiling into the container's
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; the control block holds it (InitialLimits) or, for
+// offline work, the container's part of its GPUs' budget below it (InitialLimits, then the
+// guard), and libxcuda tightens the variable to the block's value when a process loads.
+func MPSThreadCeiling(c api.Container, p *policy.Policy) uint32 {
+	if c.Limits.SMPercent > 0 {
+		return MPSThreadPercent(float64(c.Limits.SMPercent))
+	}
+	if cl, ok := p.ClassLimits(string(c.Class)); ok && cl.SMMax < 100 {
+		return MPSThreadPercent(float64(cl.SMMax))
+	}
+	return 0
+}
+
+// MPSThreadPercent turns a share of the GPU, in percent, into an MPS active-thread
+// percentage: rounded down to a whole percent (the MPS unit: parts split from a budget never
+// sum above it), at least 1 (0 would mean unset), at most 100. It is the one rounding rule
+// of MPS percentages.
+func MPSThreadPercent(pct float64) uint32 {
+	return uint32(max(1, min(100, math.Floor(pct+1e-6))))
+}
+
 // offlinePart is an offline container's part (percent) of the class's sm_max, split with
 // the offline peers that share one of its GPUs, capped by its own sm-percent (own).
-func offlinePart(c api.Container, own float64, p *policy.Policy, peers []api.Container) float64 {
+func offlinePart(c api.Container, own float64, p *policy.Policy, peers []api.Container) uint32 {
 	w := float64(p.Classes.Offline.Priority) + 1
 	max := float64(p.Classes.Offline.SMMax)
 	claims := []alloc.Claim{{Weight: w, Cap: own / 100}}
@@ -113,9 +136,7 @@ func offlinePart(c api.Container, own float64, p *policy.Policy, peers []api.Con
 		claims = append(claims, alloc.Claim{Weight: w, Cap: cap / 100})
 	}
 	shares, _ := alloc.SplitBudget(max/100, claims)
-	// Rounded down to whole percent (the MPS unit), at least 1: the parts never sum
-	// above the budget.
-	return math.Max(1, math.Floor(shares[0]*100+1e-6))
+	return MPSThreadPercent(shares[0] * 100)
 }
 
 // shareGPU reports whether two GPU lists (indexes, UUIDs or "all") may name the same GPU.

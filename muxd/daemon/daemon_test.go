@@ -206,7 +206,7 @@ func TestAPIRejectsBadInputAndChangesNothing(t *testing.T) {
 		{"bad class", "POST", "/v1/containers", `{"id":"x","class":"batch","gpus":["0"]}`, 400, "class"},
 		{"no gpus", "POST", "/v1/containers", `{"id":"x","class":"offline","gpus":[]}`, 400, "gpus is empty"},
 		{"bad gpu", "POST", "/v1/containers", `{"id":"x","class":"offline","gpus":["/dev/sda"]}`, 400, "gpu"},
-		{"sm out of class bounds", "POST", "/v1/containers", `{"id":"x","class":"offline","gpus":["0"],"limits":{"sm_percent":95}}`, 400, "class bounds"},
+		{"sm out of class bounds", "POST", "/v1/containers", `{"id":"x","class":"offline","gpus":["0"],"limits":{"sm_percent":95}}`, 400, "limits.sm_percent: 95% is outside the offline class's range 5%..70%"},
 		{"conflicting re-register", "POST", "/v1/containers", `{"id":"keep","class":"offline","gpus":["0"]}`, 409, "already registered"},
 		{"huge body", "POST", "/v1/containers", `{"id":"` + strings.Repeat("x", 70000) + `"}`, 400, "larger than"},
 		{"start bad pid", "POST", "/v1/containers/keep/start", `{"pid":-1}`, 400, "pid"},

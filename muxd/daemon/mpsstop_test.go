@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/mps"
 	"github.com/muxflow/muxflow/muxd/registry"
+	"github.com/muxflow/muxflow/policy"
 )
 
 // fakeMPSControl answers get_server_list, get_client_list and quit the way
@@ -74,7 +76,11 @@ func TestStopMPSOnlyWhenIdle(t *testing.T) {
 	// No client, but a GPU container is registered as running (its process may not have
 	// made its CUDA context yet): MPS stays.
 	write("clients", "")
-	if _, _, err := reg.Add(api.RegisterRequest{ID: "svc", Class: api.Online, GPUs: []string{"0"}}, api.ControlPaths{}); err != nil {
+	svc, err := classify.Request(api.RegisterRequest{ID: "svc", Class: api.Online, GPUs: []string{"0"}}, policy.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reg.Add(svc, api.ControlPaths{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reg.Start("svc", os.Getpid()); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/muxflow/muxflow/hook/prepare"
 	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/control"
 	"github.com/muxflow/muxflow/muxd/registry"
 )
 
@@ -44,6 +45,9 @@ func (d *Daemon) runtimeRoutes(mux *http.ServeMux) {
 // (id, bundle, and hook = muxflow-hook's path when the spec is to get the createRuntime hook
 // that reports the pid) and the body is the bundle's config.json. 204: not a GPU
 // container, run it unchanged; 200: the wired config.json, the container is registered.
+// The three steps: package prepare inspects the spec and makes the registration
+// (hook/classify), muxd registers it as POST /v1/containers does, and prepare wires the
+// spec for the registered container; when the wiring fails, the registration is undone.
 func (d *Daemon) runtimeCreate(r *http.Request) (int, []byte, error) {
 	raw, code, err := readBody(r, prepare.MaxSpecSize, "config.json")
 	if err != nil {
@@ -52,17 +56,25 @@ func (d *Daemon) runtimeCreate(r *http.Request) (int, []byte, error) {
 	q := r.URL.Query()
 	req := prepare.Request{ID: q.Get("id"), Bundle: q.Get("bundle"), HookBinary: q.Get("hook"), Spec: raw}
 	p := d.policy()
-	c, out, err := prepare.Create(req, p, registryAdapter{d})
-	var se *statusError
+	pr, err := prepare.Inspect(req, p)
 	switch {
-	case errors.As(err, &se):
-		return se.code, nil, err
 	case errors.Is(err, prepare.ErrInvalid):
 		return http.StatusBadRequest, nil, err
 	case err != nil:
 		return http.StatusInternalServerError, nil, err
-	case c == nil:
+	case pr == nil:
 		return http.StatusNoContent, nil, nil
+	}
+	c, code, err := d.registerContainer(pr.Registration)
+	if err != nil {
+		return code, nil, fmt.Errorf("muxflow: muxd refused GPU container %s: %w", req.ID, err)
+	}
+	out, err := pr.Wire(p, c, control.MPSThreadCeiling(c, p))
+	if err != nil {
+		if uerr := d.unregisterContainer(c.ID, "its wiring failed"); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("undo the registration: %w", uerr))
+		}
+		return http.StatusInternalServerError, nil, err
 	}
 	d.log.Info("GPU container wired", "id", c.ID, "class", c.Class, "bundle", req.Bundle)
 	return http.StatusOK, out, nil
@@ -129,28 +141,4 @@ func (d *Daemon) replyRaw(w http.ResponseWriter, route string, code int, body []
 	if code != http.StatusNoContent {
 		_, _ = w.Write(body)
 	}
-}
-
-// statusError carries the HTTP status of a registration failure through package prepare.
-type statusError struct {
-	code int
-	err  error
-}
-
-func (e *statusError) Error() string { return e.err.Error() }
-func (e *statusError) Unwrap() error { return e.err }
-
-// registryAdapter lets package prepare register and unregister through the daemon.
-type registryAdapter struct{ d *Daemon }
-
-func (a registryAdapter) Register(req api.RegisterRequest) (api.Container, error) {
-	c, code, err := a.d.registerContainer(req)
-	if err != nil {
-		return c, &statusError{code, err}
-	}
-	return c, nil
-}
-
-func (a registryAdapter) Unregister(id string) error {
-	return a.d.unregisterContainer(id, "its wiring failed")
 }

@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/registry"
-	"github.com/muxflow/muxflow/policy"
 )
 
 // maxBody bounds request bodies; a registration is a few hundred bytes.
@@ -92,20 +92,20 @@ func (d *Daemon) register(r *http.Request) (int, any, error) {
 	if err := decodeStrict(r, &req); err != nil {
 		return statusOf(err, 0), nil, err
 	}
-	c, code, err := d.registerContainer(req)
+	// Untrusted: the same check as a container's annotations (hook/classify).
+	reg, err := classify.Request(req, d.policy())
+	if err != nil {
+		return statusOf(err, 0), nil, err
+	}
+	c, code, err := d.registerContainer(reg)
 	return code, c, err
 }
 
 // registerContainer admits and registers a container and creates its control block; it is
-// shared by POST /v1/containers and the runtime's create request. The code is the HTTP
-// status that reports the outcome.
-func (d *Daemon) registerContainer(req api.RegisterRequest) (api.Container, int, error) {
-	if err := req.Validate(); err != nil {
-		return api.Container{}, 400, err
-	}
-	if err := checkAgainstPolicy(&req, d.policy()); err != nil {
-		return api.Container{}, 400, err
-	}
+// shared by POST /v1/containers and the runtime's create request, which both made reg with
+// hook/classify. The code is the HTTP status that reports the outcome.
+func (d *Daemon) registerContainer(reg classify.Registration) (api.Container, int, error) {
+	req := reg.Request()
 	// The entry and the control block change together: an unregistration of the same id
 	// cannot run between the two steps (see idLocks).
 	defer d.ids.lock(req.ID)()
@@ -116,7 +116,7 @@ func (d *Daemon) registerContainer(req api.RegisterRequest) (api.Container, int,
 			}
 		}
 	}
-	c, created, err := d.reg.Add(req, d.controls.Paths(req.ID))
+	c, created, err := d.reg.Add(reg, d.controls.Paths(req.ID))
 	if err != nil {
 		return api.Container{}, statusOf(err, 200), err
 	}
@@ -143,20 +143,6 @@ func (d *Daemon) unregister(r *http.Request) (int, any, error) {
 		return statusOf(err, 204), nil, err
 	}
 	return 204, nil, nil
-}
-
-// checkAgainstPolicy refuses limits the container's class may not have.
-func checkAgainstPolicy(req *api.RegisterRequest, p *policy.Policy) error {
-	cl, _ := p.ClassLimits(string(req.Class))
-	if req.Limits.SMPercent != 0 {
-		if v := float64(req.Limits.SMPercent); v < float64(cl.SMMin) || v > float64(cl.SMMax) {
-			return fmt.Errorf("%w: limits.sm_percent %d is outside the %s class bounds %v%%..%v%%", api.ErrInvalid, req.Limits.SMPercent, req.Class, float64(cl.SMMin), float64(cl.SMMax))
-		}
-	}
-	if cl.MemoryLimit != 0 && req.Limits.GPUMemory > uint64(cl.MemoryLimit) {
-		return fmt.Errorf("%w: limits.gpu_memory %v is above the %s class limit %v", api.ErrInvalid, policy.Bytes(req.Limits.GPUMemory), req.Class, cl.MemoryLimit)
-	}
-	return nil
 }
 
 // decodeStrict reads a JSON request body of at most maxBody bytes with api.DecodeStrict;

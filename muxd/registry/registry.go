@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/muxd/api"
 )
 
@@ -139,10 +140,13 @@ func (r *Registry) persist(e *Entry) error {
 	return nil
 }
 
-// Add registers a container in state created. Registering the same id again with the
-// same request is idempotent (created=false); with a different one it is a conflict.
-func (r *Registry) Add(req api.RegisterRequest, control api.ControlPaths) (c api.Container, created bool, err error) {
-	if err := req.Validate(); err != nil {
+// Add registers a container in state created; reg was checked by hook/classify, which is
+// the only place that makes one. Registering the same id again with the same request is
+// idempotent (created=false); with a different one it is a conflict.
+func (r *Registry) Add(reg classify.Registration, control api.ControlPaths) (c api.Container, created bool, err error) {
+	req := reg.Request()
+	// The id names the entry's file: a zero Registration must not write ".json".
+	if err := api.ValidateID(req.ID); err != nil {
 		return api.Container{}, false, err
 	}
 	r.mu.Lock()

@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
 )
 
 type fakeProcs map[int]uint64
@@ -25,8 +28,16 @@ func (f fakeProcs) StartTicks(pid int) (uint64, error) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func req(id string) api.RegisterRequest {
-	return api.RegisterRequest{ID: id, Class: api.Offline, GPUs: []string{"0"}, Limits: api.Limits{SMPercent: 30}}
+func req(id string) classify.Registration {
+	return registration(api.RegisterRequest{ID: id, Class: api.Offline, GPUs: []string{"0"}, Limits: api.Limits{SMPercent: 30}})
+}
+
+func registration(r api.RegisterRequest) classify.Registration {
+	reg, err := classify.Request(r, policy.Default())
+	if err != nil {
+		panic(err)
+	}
+	return reg
 }
 
 func TestLifecyclePersists(t *testing.T) {
@@ -42,8 +53,7 @@ func TestLifecyclePersists(t *testing.T) {
 	if _, created, err := r.Add(req("a"), api.ControlPaths{}); err != nil || created {
 		t.Fatalf("identical re-Add: created=%v err=%v, want idempotent", created, err)
 	}
-	other := req("a")
-	other.Class = api.Online
+	other := registration(api.RegisterRequest{ID: "a", Class: api.Online, GPUs: []string{"0"}, Limits: api.Limits{SMPercent: 60}})
 	if _, _, err := r.Add(other, api.ControlPaths{}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("conflicting re-Add: %v, want ErrConflict", err)
 	}
@@ -85,12 +95,16 @@ func TestHostileInputChangesNothing(t *testing.T) {
 	dir := t.TempDir()
 	r, _ := Open(dir, fakeProcs{}, quiet)
 	for _, id := range []string{"", "../x", "a/b", ".hidden", "x\x00y", string(make([]byte, 300))} {
-		if _, _, err := r.Add(req(id), api.ControlPaths{}); !errors.Is(err, api.ErrInvalid) {
-			t.Errorf("Add(%q): %v, want ErrInvalid", id, err)
+		// No Registration can carry such an id.
+		if _, err := classify.Request(api.RegisterRequest{ID: id, Class: api.Offline, GPUs: []string{"0"}}, policy.Default()); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("classify.Request(%q): %v, want ErrInvalid", id, err)
 		}
 		if err := r.Remove(id); !errors.Is(err, api.ErrInvalid) {
 			t.Errorf("Remove(%q): %v, want ErrInvalid", id, err)
 		}
+	}
+	if _, _, err := r.Add(classify.Registration{}, api.ControlPaths{}); !errors.Is(err, api.ErrInvalid) {
+		t.Errorf("Add of the zero Registration: %v, want ErrInvalid", err)
 	}
 	files, _ := os.ReadDir(dir)
 	if len(files) != 0 {

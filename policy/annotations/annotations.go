@@ -106,10 +106,19 @@ func ParseMemory(key, v string) (uint64, error) {
 
 // ParseSMPercent reads a whole percentage between 1 and 100, "30" or "30%".
 func ParseSMPercent(key, v string) (int, error) {
-	s := strings.TrimSuffix(strings.TrimSpace(v), "%")
-	n, err := strconv.Atoi(s)
-	if err != nil || len(v) > 64 || n < 1 || n > 100 {
+	n, err := ParseWholePercent(key, v)
+	if err != nil || n < 1 || n > 100 {
 		return 0, bad(key, "%q is not a whole percentage between 1 and 100", Truncate(v))
+	}
+	return n, nil
+}
+
+// ParseWholePercent reads a whole percentage, "30" or "30%", leaving its range to the
+// caller (the node checks sm-percent against the container's class, hook/classify).
+func ParseWholePercent(key, v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), "%"))
+	if err != nil || len(v) > 64 {
+		return 0, bad(key, "%q is not a whole percentage like \"30\" or \"30%%\"", Truncate(v))
 	}
 	return n, nil
 }

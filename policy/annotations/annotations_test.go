@@ -57,6 +57,17 @@ func TestParseClassSMGPU(t *testing.T) {
 			t.Errorf("ParseSMPercent(%q) err = %v", in, err)
 		}
 	}
+	// The range is the caller's: the node checks it against the container's class.
+	for in, want := range map[string]int{"0": 0, "101%": 101, "-5": -5, " 30% ": 30} {
+		if n, err := ParseWholePercent(SMPercent, in); n != want || err != nil {
+			t.Errorf("ParseWholePercent(%q) = %d, %v", in, n, err)
+		}
+	}
+	for _, in := range []string{"0.3", "x", "", "30%%", strings.Repeat("1", 65)} {
+		if _, err := ParseWholePercent(SMPercent, in); err == nil || !strings.Contains(err.Error(), "annotation muxflow.io/sm-percent: ") || !strings.Contains(err.Error(), "is not a whole percentage") {
+			t.Errorf("ParseWholePercent(%q) err = %v", in, err)
+		}
+	}
 	for _, in := range []string{"0", "GPU-0a1b2c3d-0000-0000-0000-000000000000", "MIG-abc"} {
 		if g, err := ParseGPU(GPU, in); g != in || err != nil {
 			t.Errorf("ParseGPU(%q) = %q, %v", in, g, err)
