@@ -23,6 +23,7 @@ import (
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/control"
 	"github.com/muxflow/muxflow/muxd/evict"
 	"github.com/muxflow/muxflow/muxd/profiler"
 	"github.com/muxflow/muxflow/policy"
@@ -713,12 +714,10 @@ func OwnCeiling(c api.Container, p *policy.Policy) float64 {
 	return p.Classes.Offline.SMMax.Fraction()
 }
 
-// mpsPercent turns a part of the GPU into an MPS active-thread percentage: rounded down
-// (the parts must not sum above the budget), at least 1 (0 would mean "unset").
-func mpsPercent(part float64) uint32 {
-	v := math.Floor(part*100 + 1e-6)
-	return uint32(max(1, min(100, v)))
-}
+// mpsPercent turns a part of the GPU (0..1) into an MPS active-thread percentage with the
+// one rounding rule of MPS percentages (control.MPSThreadPercent, which InitialLimits and
+// the wiring use too).
+func mpsPercent(part float64) uint32 { return control.MPSThreadPercent(part * 100) }
 
 // pct turns a share (0..1) into a percentage with two decimals.
 func pct(share float64) float64 { return math.Round(share*1e4) / 100 }
