@@ -159,7 +159,7 @@ static uint64_t clamp_u64(uint64_t v, uint64_t def, uint64_t lo, uint64_t hi)
  * J late, within the same hold budget. Irregular arrivals (Poisson, bursts) fail the
  * test and change nothing. A thread that finds the state busy skips it (trylock). */
 #define AHEAD_N 17u                /* starts kept: 16 gaps */
-#define AHEAD_MIN_GAPS 4u
+#define AHEAD_MIN_GAPS 8u
 #define AHEAD_MIN_PERIOD_NS 2000000ull  /* faster services leave no room to predict */
 #define AHEAD_MAX_PERIOD_NS 1000000000ull
 #define AHEAD_MIN_JITTER_NS 200000ull
@@ -225,9 +225,7 @@ static void ahead_fit(void)
     uint64_t tol = p / 8, worst = 0;
     unsigned ok = 0;
     for (unsigned i = 0; i < n; i++) {
-        uint64_t k = (st[i] - phase + p / 2) / p;
-        uint64_t slot = phase + k * p;
-        uint64_t late = st[i] >= slot ? st[i] - slot : 0;
+        uint64_t late = (st[i] - phase) % p; /* after its slot: phase is the earliest */
         if (late <= tol) {
             ok++;
             if (late > worst)
@@ -242,6 +240,8 @@ static void ahead_fit(void)
     ahead_period = p;
     ahead_phase = phase;
     ahead_jitter = j > tol ? tol : j;
+    xc_log("online requests at a regular pace: period %llu us, %u of %u starts within %llu us",
+           (unsigned long long)p / 1000, ok, n, (unsigned long long)ahead_jitter / 1000);
 }
 
 /* Notes the slot value v (0: idle) seen now. */
@@ -267,6 +267,9 @@ static uint64_t ahead_until(uint64_t now, uint64_t est)
     uint64_t phase = XC_LOAD(&ahead_phase);
     if (p == 0 || last == 0 || now < last || now - last > 4 * p || phase > last)
         return 0; /* no pace, or the service has paused: nothing to predict */
+    if (est > p / 2)
+        return 0; /* a launch this long overlaps a request whenever it goes: holding
+                   * for it would only spend the budget */
     /* the first slot after the last request seen that is not yet over */
     uint64_t next = phase + ((last - phase) / p + 1) * p;
     while (next + j <= now)
