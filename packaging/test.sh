@@ -105,10 +105,13 @@ DEB1=$T/v1/muxflow_${V1}-1_${DEBARCH}.deb
 DEB2=$T/v2/muxflow_${V2}-1_${DEBARCH}.deb
 RPM1=$T/v1/muxflow-${V1}-1.${RPMARCH}.rpm
 RPM2=$T/v2/muxflow-${V2}-1.${RPMARCH}.rpm
-for f in "$DEB1" "$DEB2" "$RPM1" "$RPM2"; do
+GDEB1=$T/v1/muxflow-gpusim_${V1}-1_${DEBARCH}.deb
+GDEB2=$T/v2/muxflow-gpusim_${V2}-1_${DEBARCH}.deb
+GRPM2=$T/v2/muxflow-gpusim-${V2}-1.${RPMARCH}.rpm
+for f in "$DEB1" "$DEB2" "$RPM1" "$RPM2" "$GDEB1" "$GDEB2" "$GRPM2"; do
 	[ -f "$f" ] || fail "make package did not write $f (got: $(ls "$T/v1" "$T/v2" | tr '\n' ' '))"
 done
-ok "make package builds the deb and the rpm for versions $V1 and $V2"
+ok "make package builds the debs and the rpms (muxflow, muxflow-gpusim) for versions $V1 and $V2"
 
 # --- Static checks ----------------------------------------------------------------------
 
@@ -136,13 +139,18 @@ expected_files() {
 -rw-r--r-- /usr/lib/systemd/system/muxd.service
 -rw-r--r-- /usr/lib/systemd/system/muxd.socket
 -rw-r--r-- /usr/share/doc/muxflow/README.md
+-rw-r--r-- /usr/share/doc/muxflow/errors.md
 -rw-r--r-- /usr/share/doc/muxflow/install.md
+-rw-r--r-- /usr/share/doc/muxflow/kubernetes.md
+-rw-r--r-- /usr/share/doc/muxflow/try-without-a-gpu.md
 -rw-r--r-- /usr/share/man/man1/muxctl.1.gz
 -rw-r--r-- /usr/share/man/man1/muxmatch.1.gz
 -rw-r--r-- /usr/share/man/man8/muxd.8.gz
 -rw-r--r-- /usr/share/man/man8/muxflow-hook.8.gz
 -rw-r--r-- /usr/share/man/man8/muxflow-runtime.8.gz
 EOF
+	# kubernetes.md's example manifests, whichever there are.
+	for f in "$ROOT"/docs/examples/*.yaml; do echo "-rw-r--r-- /usr/share/doc/muxflow/examples/$(basename "$f")"; done
 	case $1 in
 	deb)
 		cat <<'EOF'
@@ -159,6 +167,7 @@ EOF
 drwxr-xr-x /etc/muxflow
 drwxr-xr-x /usr/lib/muxflow
 drwxr-xr-x /usr/share/doc/muxflow
+drwxr-xr-x /usr/share/doc/muxflow/examples
 drwxr-xr-x /usr/share/licenses/muxflow
 EOF
 		;;
@@ -184,6 +193,58 @@ expect_same "rpm -qpl" "$T/want-rpm-l" "$T/got-rpm-l"
 owners=$(rpm -qp --qf '[%{FILEUSERNAME}:%{FILEGROUPNAME}\n]' "$RPM2" 2>/dev/null | sort -u)
 [ "$owners" = "root:root" ] || fail "rpm files not all owned by root:root: $owners"
 ok "rpm -qpl lists exactly the expected files and modes, all root-owned"
+
+# muxflow-gpusim: exactly its files, depending on the muxflow of the same version.
+expected_gpusim() {
+	cat <<'EOF'
+-rw-r--r-- /etc/default/muxflow-gpusim
+-rwxr-xr-x /usr/bin/gpusimctl
+-rwxr-xr-x /usr/bin/gpusimd
+-rwxr-xr-x /usr/bin/muxflow-gpusim
+-rwxr-xr-x /usr/lib/muxflow-gpusim/bin/infer
+-rwxr-xr-x /usr/lib/muxflow-gpusim/bin/nvidia-cuda-mps-control
+-rwxr-xr-x /usr/lib/muxflow-gpusim/bin/train
+-rw-r--r-- /usr/lib/muxflow-gpusim/lib/libcuda.so.1
+-rw-r--r-- /usr/lib/systemd/system/gpusimd.service
+-rw-r--r-- /usr/lib/systemd/system/muxd.service.d/muxflow-gpusim.conf
+EOF
+	case $1 in
+	deb)
+		cat <<'EOF'
+-rw-r--r-- /usr/share/doc/muxflow-gpusim/changelog.Debian.gz
+-rw-r--r-- /usr/share/doc/muxflow-gpusim/copyright
+-rw-r--r-- /usr/share/lintian/overrides/muxflow-gpusim
+EOF
+		;;
+	rpm)
+		cat <<'EOF'
+-rw-r--r-- /usr/share/licenses/muxflow-gpusim/LICENSE
+drwxr-xr-x /usr/lib/muxflow-gpusim
+drwxr-xr-x /usr/lib/muxflow-gpusim/bin
+drwxr-xr-x /usr/lib/muxflow-gpusim/lib
+drwxr-xr-x /usr/lib/systemd/system/muxd.service.d
+drwxr-xr-x /usr/share/doc/muxflow-gpusim
+drwxr-xr-x /usr/share/licenses/muxflow-gpusim
+EOF
+		;;
+	esac
+}
+expected_gpusim deb | sort -k2 >"$T/want-gpusim-deb"
+dpkg-deb -c "$GDEB2" | awk '$1 !~ /^d/ { sub(/^\./, "", $6); print $1, $6 }' | sort -k2 >"$T/got-gpusim-deb"
+expect_same "dpkg-deb -c muxflow-gpusim (files)" "$T/want-gpusim-deb" "$T/got-gpusim-deb"
+expected_gpusim rpm | sort -k2 >"$T/want-gpusim-rpm"
+rpm -qp --qf '[%{FILEMODES:perms} %{FILENAMES}\n]' "$GRPM2" 2>/dev/null | sort -k2 >"$T/got-gpusim-rpm"
+expect_same "rpm -qp muxflow-gpusim file list" "$T/want-gpusim-rpm" "$T/got-gpusim-rpm"
+dpkg-deb -f "$GDEB2" Depends | grep -q "muxflow (= $V2-1)" || fail "muxflow-gpusim Depends is '$(dpkg-deb -f "$GDEB2" Depends)', want muxflow (= $V2-1)"
+rpm -qp --requires "$GRPM2" 2>/dev/null | grep -q "^muxflow = $V2-1" || fail "the muxflow-gpusim rpm does not require muxflow = $V2-1"
+if ! lintian --fail-on error "$GDEB2" >"$T/lintian-gpusim.out" 2>&1; then
+	cat "$T/lintian-gpusim.out" >&2
+	fail "lintian reports errors on $(basename "$GDEB2")"
+fi
+for s in "$ROOT"/packaging/scripts/gpusim-deb/* "$ROOT"/packaging/scripts/gpusim-rpm/* "$ROOT"/packaging/gpusim/muxflow-gpusim; do
+	sh -n "$s" || fail "$s is not valid sh"
+done
+ok "muxflow-gpusim: exactly its files (deb and rpm), depends on muxflow $V2-1, lintian without errors ($(grep -c '^W:' "$T/lintian-gpusim.out" || true) warnings)"
 
 # The policy is a configuration file the package manager keeps when it was changed.
 conffiles=$(dpkg-deb -f "$DEB2" Package >/dev/null && dpkg-deb --ctrl-tarfile "$DEB2" | tar -xO ./conffiles)
@@ -288,7 +349,7 @@ host_state >"$T/host.before"
 R=$T/root
 mkdir -p "$R"
 cp "$0" "$T/test.sh"
-export T R ROOT BUILD DEB1 DEB2 RPM1 RPM2
+export T R ROOT BUILD DEB1 DEB2 RPM1 RPM2 GDEB1 GDEB2
 export CHECKS=$checks ELAPSED=$((SECONDS - start))
 unshare --mount --pid --fork --propagation private bash -euo pipefail -c '
 	U=$T/upper
@@ -313,6 +374,7 @@ unshare --mount --pid --fork --propagation private bash -euo pipefail -c '
 	mount --bind "$T" "$R$T"
 	exec chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		LANG=C.UTF-8 T="$T" ROOT="$ROOT" BUILD="$BUILD" DEB1="$DEB1" DEB2="$DEB2" RPM1="$RPM1" RPM2="$RPM2" \
+		GDEB1="$GDEB1" GDEB2="$GDEB2" \
 		CHECKS="$CHECKS" ELAPSED="$ELAPSED" bash "$T/test.sh" --inside
 '
 # Nothing of the installation may have reached this machine.
@@ -346,6 +408,8 @@ engine_sums >"$T/engine.before"
 dpkg -i "$DEB1" >"$T/install.out" 2>&1 || { cat "$T/install.out" >&2; fail "dpkg -i $(basename "$DEB1") failed"; }
 grep -q 'muxctl runtime configure --runtime=containerd' "$T/install.out" ||
 	fail "installing did not print the next step (muxctl runtime configure); got: $(cat "$T/install.out")"
+tr '\n' ' ' <"$T/install.out" | grep -q 'muxd is enabled for.*is NOT running now' && grep -q 'nohup muxd --policy /etc/muxflow/policy.toml' "$T/install.out" ||
+	fail "installing without systemd did not say that muxd is not running and how to start it; got: $(cat "$T/install.out")"
 [ "$(dpkg-query -W -f='${Status} ${Version}' muxflow)" = "install ok installed $V1-1" ] || fail "dpkg does not record muxflow $V1-1 as installed"
 # Every expected file is in place with its mode, except what this machine's dpkg is told
 # not to install (slim images exclude /usr/share/man and /usr/share/doc with path-exclude).
@@ -418,8 +482,41 @@ ls /etc/muxflow/policy.toml.dpkg-* >/dev/null 2>&1 && fail "the upgrade left $(l
 [ -L "$link" ] || fail "the upgrade disabled muxd.service"
 ok "upgrade $V1 -> $V2 keeps the modified policy and the enablement"
 
-# Remove: programs gone, configuration and state kept.
+# Removal stops a muxd started by hand, and quits the MPS control daemon named by path in
+# the policy's [mps] control, but never while a client uses it. The stand-in control
+# logs its commands; "clients" in its pipe directory lists the clients of server 4242.
+mkdir -p /opt/fakemps /run/fakemps
+cat >/opt/fakemps/ctl <<'EOS'
+#!/bin/sh
+read -r line
+echo "$line" >>/run/fakemps/commands
+case "$line" in
+get_server_list) echo 4242 ;;
+"get_client_list 4242") cat /run/fakemps/clients 2>/dev/null ;;
+esac
+EOS
+chmod 0755 /opt/fakemps/ctl
+python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("/run/fakemps/control")'
+sed -i -e 's|^control = "nvidia-cuda-mps-control"|control = "/opt/fakemps/ctl"|' -e 's|^pipe_dir = "/run/muxflow/mps"|pipe_dir = "/run/fakemps"|' /etc/muxflow/policy.toml
+grep -q '^control = "/opt/fakemps/ctl"' /etc/muxflow/policy.toml || fail "could not point the policy's [mps] control at the stand-in"
+echo 777 >/run/fakemps/clients
+out=$(sh /var/lib/dpkg/info/muxflow.prerm remove 2>&1) || fail "prerm remove failed: $out"
+! grep -qx quit /run/fakemps/commands || fail "prerm quit the MPS control daemon while a client (777) used it"
+case $out in *"leaving the MPS control daemon"*777*) ;; *) fail "prerm did not say why it left MPS running: $out" ;; esac
+: >/run/fakemps/clients
+: >/run/fakemps/commands
+mkdir -p /run/muxflow
+/usr/bin/muxd --policy /etc/muxflow/policy.toml --gpus none >"$T/handmuxd.log" 2>&1 &
+hand=$!
+for _ in $(seq 100); do /usr/bin/muxctl status >/dev/null 2>&1 && break; sleep 0.1; done
+/usr/bin/muxctl status >/dev/null 2>&1 || fail "a hand-started muxd did not come up: $(cat "$T/handmuxd.log")"
+
 dpkg -r muxflow >"$T/remove.out" 2>&1 || { cat "$T/remove.out" >&2; fail "dpkg -r muxflow failed"; }
+grep -qx quit /run/fakemps/commands || fail "dpkg -r did not quit the idle MPS control daemon named by path in [mps] control; commands: $(cat /run/fakemps/commands)"
+st=$(sed 's/.*) //' "/proc/$hand/stat" 2>/dev/null | cut -d' ' -f1) || st=
+[ -z "$st" ] || [ "$st" = Z ] || fail "dpkg -r left the hand-started muxd (pid $hand) running (state $st)"
+grep -q "stopping muxd started outside systemd (pid $hand)" "$T/remove.out" || fail "dpkg -r did not say it stopped the hand-started muxd: $(cat "$T/remove.out")"
+wait "$hand" 2>/dev/null || true
 [ "$(dpkg-query -W -f='${Status}' muxflow)" = "deinstall ok config-files" ] || fail "after dpkg -r, status is $(dpkg-query -W -f='${Status}' muxflow)"
 while read -r mode path; do
 	[ "$path" = /etc/muxflow/policy.toml ] && continue
@@ -428,7 +525,7 @@ done <"$T/want-deb"
 [ ! -e /usr/lib/muxflow ] || fail "/usr/lib/muxflow is still there after dpkg -r"
 grep -q '^log_level = "debug"' /etc/muxflow/policy.toml || fail "dpkg -r did not keep the modified policy"
 [ -f /var/lib/muxflow/containers/pkgtest.json ] || fail "dpkg -r removed muxd's state; only purge may"
-ok "dpkg -r removes the programs and keeps the policy and state"
+ok "dpkg -r stops a hand-started muxd, quits MPS ([mps] control by path) only without clients, removes the programs and keeps the policy and state"
 
 # Purge: nothing of muxflow left, including systemd links and helper records.
 dpkg -P muxflow >"$T/purge.out" 2>&1 || { cat "$T/purge.out" >&2; fail "dpkg -P muxflow failed"; }
@@ -444,6 +541,31 @@ left=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/sy
 engine_sums >"$T/engine.after"
 expect_same "containerd/Docker configuration after upgrade, remove and purge" "$T/engine.before" "$T/engine.after"
 ok "dpkg -P leaves no file, directory, unit link or helper record"
+
+# muxflow-gpusim with muxflow: a node on simulated GPUs, without systemd as PID 1.
+dpkg -i "$DEB2" "$GDEB2" >"$T/gpusim-install.out" 2>&1 || { cat "$T/gpusim-install.out" >&2; fail "dpkg -i muxflow muxflow-gpusim failed"; }
+grep -q 'muxflow-gpusim start' "$T/gpusim-install.out" || fail "installing muxflow-gpusim without systemd did not say how to start it: $(cat "$T/gpusim-install.out")"
+[ -L /etc/systemd/system/multi-user.target.wants/gpusimd.service ] || fail "gpusimd.service is not enabled"
+if ! systemd-analyze verify --man=no /usr/lib/systemd/system/gpusimd.service /usr/lib/systemd/system/muxd.service >"$T/verify-gpusim.out" 2>&1 || [ -s "$T/verify-gpusim.out" ]; then
+	cat "$T/verify-gpusim.out" >&2
+	fail "systemd-analyze verify rejects or warns about gpusimd.service or muxd.service with its gpusim drop-in"
+fi
+out=$(/usr/bin/muxflow-gpusim start 2>&1) || fail "muxflow-gpusim start failed: $out; $(tail -20 /var/log/muxflow/*.log 2>/dev/null)"
+st=$(/usr/bin/muxctl status 2>&1) || fail "muxctl status after muxflow-gpusim start: $st"
+case $st in *"mps running"*"H100"*) ;; *) fail "muxd does not run on a simulated H100 with MPS: $st" ;; esac
+/usr/bin/muxflow-gpusim rootfs "$T/gpusim-rootfs" >/dev/null || fail "muxflow-gpusim rootfs failed"
+/usr/bin/muxflow-gpusim ctr-args | grep -q 'GPUSIM_SOCKET=/run/gpusim/gpusimd.sock' || fail "muxflow-gpusim ctr-args lacks GPUSIM_SOCKET"
+# A workload runs on the simulated GPU through the packaged driver.
+out=$(GPUSIM_SOCKET=/run/gpusim/gpusimd.sock LD_LIBRARY_PATH=/usr/lib/muxflow-gpusim/lib /usr/lib/muxflow-gpusim/bin/train --duration 1 2>&1) ||
+	fail "train on the packaged fake driver failed: $out"
+case $out in *it_per_s*) ;; *) fail "train printed no result: $out" ;; esac
+dpkg -P muxflow-gpusim >"$T/gpusim-purge.out" 2>&1 || { cat "$T/gpusim-purge.out" >&2; fail "dpkg -P muxflow-gpusim failed"; }
+! /usr/bin/muxctl status >/dev/null 2>&1 || fail "removing muxflow-gpusim left its muxd running"
+for p in /usr/bin/gpusimd /usr/lib/muxflow-gpusim /usr/lib/systemd/system/muxd.service.d /etc/default/muxflow-gpusim; do
+	[ ! -e "$p" ] || fail "$p is still there after dpkg -P muxflow-gpusim"
+done
+dpkg -P muxflow >/dev/null 2>&1 || fail "dpkg -P muxflow after muxflow-gpusim failed"
+ok "muxflow-gpusim: installs beside muxflow, says how to start without systemd, muxflow-gpusim start gives muxd a simulated H100 with MPS, purge stops it and leaves nothing"
 
 # --- rpm: upgrade keeps the policy, erase removes the rest (scratch root) ----------------
 
