@@ -46,6 +46,12 @@ func (g *Candidates) Validate() error {
 // non-negative values are a valid start; good ones save work.
 type Prices struct {
 	Col []float64
+	// RowCol, when not nil, is each row's column in the earlier solve (-1: none or
+	// not known, and the row then keeps to being unmatched). Among the columns a
+	// warm price makes equally cheap for a row (to rounding), the row keeps this one: on the plateaus that replicas make, that is what lets a
+	// re-solve after a small change keep almost every assignment and search only
+	// from the rows the change touched.
+	RowCol []int32
 }
 
 // Matching is a sparse solver's answer.
@@ -92,6 +98,10 @@ type colState struct {
 	touched, scanned uint32  // search epoch that last set d / settled it
 }
 
+// tieTolerance is the relative difference in reduced cost under which a warm
+// start keeps a row's earlier column (see tightGreedy).
+const tieTolerance = 1e-9
+
 // maxRepairs bounds the warm-start repair rounds before a cold solve.
 const maxRepairs = 64
 
@@ -111,6 +121,9 @@ func (s *Sparse) MaxWeightMatching(g *Candidates, warm *Prices) (Matching, error
 	}
 	if warm != nil && len(warm.Col) != g.Cols {
 		return Matching{}, fmt.Errorf("%w: warm prices for %d columns, problem has %d", ErrBadInput, len(warm.Col), g.Cols)
+	}
+	if warm != nil && warm.RowCol != nil && len(warm.RowCol) != g.Rows {
+		return Matching{}, fmt.Errorf("%w: warm columns for %d rows, problem has %d", ErrBadInput, len(warm.RowCol), g.Rows)
 	}
 	s.build(g)
 	m, err := s.solve(g, warm)
@@ -160,7 +173,7 @@ func (s *Sparse) solve(g *Candidates, warm *Prices) (Matching, error) {
 		// Rows keep the columns their warm prices make cheapest where
 		// nobody else claims them; the contested rest go through the same
 		// row reduction as a cold start.
-		s.tightGreedy(R)
+		s.tightGreedy(R, warm.RowCol)
 		s.rowReduction(R)
 	default:
 		for i := 0; i < R; i++ {
@@ -339,13 +352,44 @@ func (s *Sparse) edgeCost(i, j int32) float64 {
 // tightGreedy starts from warm prices: each row takes its cheapest reduced
 // cost column when nobody holds it yet, so prices stay as given (they were
 // good last round) and only contested rows are left for augmentation.
-func (s *Sparse) tightGreedy(n int) {
+func (s *Sparse) tightGreedy(n int, hint []int32) {
 	for i := int32(0); int(i) < n; i++ {
 		best, bj, bc := math.Inf(1), int32(-1), 0.0
+		prev := int32(-1)
+		if hint != nil {
+			// A row the earlier solve left unmatched (or did not know) held its
+			// own dummy column, the last of its list.
+			if prev = hint[i]; prev < 0 {
+				prev = s.col[s.start[i+1]-1]
+			}
+		}
+		// Among equally cheap columns: the row's earlier one if free, else any free one.
+		rank := func(j int32) int {
+			switch {
+			case s.colSol[j] >= 0:
+				return 0
+			case j == prev:
+				return 2
+			}
+			return 1
+		}
+		pe := -1 // the earlier column's edge
 		for e := s.start[i]; e < s.start[i+1]; e++ {
 			j := s.col[e]
-			if h := s.cost[e] - s.cs[j].v; h < best || h == best && s.colSol[j] < 0 {
+			h := s.cost[e] - s.cs[j].v
+			if j == prev {
+				pe = e
+			}
+			if h < best || h == best && rank(j) > rank(bj) {
 				best, bj, bc = h, j, s.cost[e]
+			}
+		}
+		// The earlier column was the row's cheapest when that solve ended; the
+		// price updates since are sums of differences, so "equally cheap" allows
+		// for their rounding.
+		if pe >= 0 && bj != prev && s.colSol[prev] < 0 {
+			if h := s.cost[pe] - s.cs[prev].v; h <= best+tieTolerance*(1+math.Abs(best)) {
+				bj, bc = prev, s.cost[pe]
 			}
 		}
 		if s.colSol[bj] < 0 {

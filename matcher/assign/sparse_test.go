@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -183,6 +184,7 @@ func TestSparseRejectsBadInput(t *testing.T) {
 		{"NaN weight", func(g *Candidates) { g.Weight[0] = math.NaN() }, nil},
 		{"weights missing", func(g *Candidates) { g.Weight = g.Weight[:1] }, nil},
 		{"warm prices wrong size", func(*Candidates) {}, &Prices{Col: []float64{0}}},
+		{"warm columns wrong size", func(*Candidates) {}, &Prices{Col: []float64{0, 0}, RowCol: []int32{0}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,5 +194,61 @@ func TestSparseRejectsBadInput(t *testing.T) {
 				t.Fatalf("err = %v, want ErrBadInput", err)
 			}
 		})
+	}
+}
+
+// TestSparseWarmKeepsEarlierColumns: re-solving the same problem from the earlier prices
+// and columns needs no search, and keeps every assignment; a warm start with earlier
+// columns after a change still reaches the optimum.
+func TestSparseWarmKeepsEarlierColumns(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	var s Sparse
+	var d Dense
+	for trial := 0; trial < 40; trial++ {
+		rows, cols := 30+r.IntN(80), 30+r.IntN(80)
+		w := make([]float64, rows*cols)
+		for x := range w {
+			w[x] = math.Inf(-1)
+		}
+		// Few distinct weights: the plateaus replicas make.
+		for i := 0; i < rows; i++ {
+			for c := 0; c < 8; c++ {
+				w[i*cols+r.IntN(cols)] = float64(1+r.IntN(4)) / 4
+			}
+		}
+		g := denseToCandidates(w, rows, cols)
+		cold, err := s.MaxWeightMatching(g, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warm := Prices{Col: cold.Prices.Col, RowCol: make([]int32, rows)}
+		for i, c := range cold.RowCol {
+			warm.RowCol[i] = int32(c)
+		}
+		again, err := s.MaxWeightMatching(g, &warm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Augmentations != 0 || !slices.Equal(again.RowCol, cold.RowCol) {
+			t.Fatalf("trial %d: re-solve made %d searches, same matching %v", trial, again.Augmentations, slices.Equal(again.RowCol, cold.RowCol))
+		}
+		for x := range w {
+			if !math.IsInf(w[x], -1) && r.IntN(20) == 0 {
+				w[x] = float64(1+r.IntN(4)) / 4
+			}
+		}
+		g = denseToCandidates(w, rows, cols)
+		want, err := d.MaxWeightMatching(w, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.MaxWeightMatching(g, &warm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMatching(t, g, got)
+		if math.Abs(got.Total-want.Total) > 1e-9*want.Total {
+			t.Fatalf("trial %d after a change: warm %v, dense %v", trial, got.Total, want.Total)
+		}
 	}
 }

@@ -163,6 +163,9 @@ type Planner struct {
 	dense  assign.Dense
 	sparse assign.Sparse
 	cache  map[pairKey][2]float64
+	// placed is last top-k round's pairing, job id → GPU UUID: the warm start's
+	// tie-breaker (assign.Prices.RowCol).
+	placed map[string]string
 	// noCoarse skips the coarse first round (tests compare with it).
 	noCoarse bool
 }
@@ -508,9 +511,17 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 	pl.Stats.Edges = len(g.Col)
 	var warm *assign.Prices
 	if len(p.prices) > 0 {
-		warm = &assign.Prices{Col: make([]float64, len(slots))}
+		warm = &assign.Prices{Col: make([]float64, len(slots)), RowCol: make([]int32, len(jobs))}
+		at := make(map[string]int32, len(slots))
 		for c, s := range slots {
 			warm.Col[c] = p.prices[s.gpu.UUID]
+			at[s.gpu.UUID] = int32(c)
+		}
+		for i, j := range jobs {
+			warm.RowCol[i] = -1
+			if c, ok := at[p.placed[j.ID]]; ok {
+				warm.RowCol[i] = c
+			}
 		}
 		pl.Stats.WarmStart = true
 	} else if len(jobs) > 4*coarseMin && len(slots) > 4*coarseMin && !p.noCoarse {
@@ -536,6 +547,12 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 	for c, s := range slots {
 		if x := m.Prices.Col[c]; x != 0 {
 			p.prices[s.gpu.UUID] = x
+		}
+	}
+	p.placed = make(map[string]string, len(jobs))
+	for i, c := range m.RowCol {
+		if c >= 0 {
+			p.placed[jobs[i].ID] = slots[c].gpu.UUID
 		}
 	}
 	return m.RowCol, nil

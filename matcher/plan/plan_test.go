@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -257,5 +258,36 @@ func TestCoarseFirstRoundKeepsTheOptimum(t *testing.T) {
 	}
 	if len(a.Assignments) == 0 || math.Abs(a.Stats.TotalWeight-b.Stats.TotalWeight) > 1e-9*b.Stats.TotalWeight {
 		t.Errorf("with coarse round %.9f (%d pairs), without %.9f (%d pairs)", a.Stats.TotalWeight, len(a.Assignments), b.Stats.TotalWeight, len(b.Assignments))
+	}
+}
+
+// TestWarmReplan: re-planning an unchanged round keeps every pair without a search; after
+// 1% of GPUs and jobs change, the warm plan reaches the cold plan's optimum.
+func TestWarmReplan(t *testing.T) {
+	reports, jobs := clusterOf(2000, 2000, 40, 30, 5)
+	p, _ := NewPlanner(Config{Predictor: predict.Analytic{}, Mode: TopK})
+	a, err := p.Plan(reports, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Plan(reports, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Stats.WarmStart || b.Stats.Augmentations != 0 || !slices.Equal(a.Assignments, b.Assignments) {
+		t.Errorf("same round again: warm %v, %d searches, same pairs %v; want warm, 0, true", b.Stats.WarmStart, b.Stats.Augmentations, slices.Equal(a.Assignments, b.Assignments))
+	}
+	reports2, jobs2 := perturbed(reports, jobs, 0.01, 5)
+	warm, err := p.Plan(reports2, jobs2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := NewPlanner(Config{Predictor: predict.Analytic{}, Mode: TopK})
+	cold, err := fresh.Plan(reports2, jobs2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warm.Assignments) != len(cold.Assignments) || math.Abs(warm.Stats.TotalWeight-cold.Stats.TotalWeight) > 1e-9*cold.Stats.TotalWeight {
+		t.Errorf("after 1%% churn: warm %.9f (%d pairs), cold %.9f (%d pairs)", warm.Stats.TotalWeight, len(warm.Assignments), cold.Stats.TotalWeight, len(cold.Assignments))
 	}
 }
