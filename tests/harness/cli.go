@@ -107,22 +107,28 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("create work directory: %w", err)
 			}
-			defer os.RemoveAll(d)
 			dir = d
 		}
 		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log, Repeat: *repeat}
 		rep, err := r.Run(ctx, sts)
 		if err != nil {
+			// The error names logs under the work directory: keep it.
 			return fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+		if *logs == "" {
+			os.RemoveAll(dir)
 		}
 		reports = append(reports, rep)
 		if *markdown {
 			fmt.Fprintf(stdout, "### %s\n\n%s\n\n", s.Name, strings.TrimSpace(s.Description))
 			rep.WriteMarkdown(stdout)
+			fmt.Fprintln(stdout)
+			rep.WriteTargets(stdout, true)
 		} else {
 			rep.WriteTable(stdout)
+			fmt.Fprintln(stdout)
+			rep.WriteTargets(stdout, false)
 		}
-		fmt.Fprintln(stdout)
 		if *plot != "" {
 			path := *plot
 			if len(scenarios) > 1 {
