@@ -8,6 +8,7 @@
 package plan
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -142,7 +143,9 @@ type Stats struct {
 	TotalWeight   float64 `json:"total_weight"`
 	SolveSeconds  float64 `json:"solve_seconds"`
 	Augmentations int     `json:"augmentations,omitempty"`
-	WarmStart     bool    `json:"warm_start,omitempty"`
+	// Repairs counts the warm start's repair rounds (assign.Matching.Repairs).
+	Repairs   int  `json:"repairs,omitempty"`
+	WarmStart bool `json:"warm_start,omitempty"`
 	// CoarseStart says the first round started from a coarse round's prices.
 	CoarseStart bool `json:"coarse_start,omitempty"`
 }
@@ -166,6 +169,9 @@ type Planner struct {
 	// placed is last top-k round's pairing, job id → GPU UUID: the warm start's
 	// tie-breaker (assign.Prices.RowCol).
 	placed map[string]string
+	// prints is what each GPU's edges depended on last round (group and free
+	// memory): a GPU whose print changed starts from its group's price.
+	prints map[string]slotPrint
 	// noCoarse skips the coarse first round (tests compare with it).
 	noCoarse bool
 }
@@ -372,13 +378,15 @@ func (p *Planner) solveExact(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, erro
 // to win (on the Alibaba trace replay: 513 of 2,948 jobs paired, against
 // 2,780 for greedy placement). So each list samples the job's best groups
 // deep enough to hold twice as many GPUs as there are jobs, in proportion to
-// group size, and members are handed out round-robin across jobs.
+// group size; within a group each job takes consecutive members from a place
+// hashed from its id (spread like a shared round-robin cursor, but stable when
+// other jobs come and go: see the sampling loop).
 func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error) {
 	type group struct {
-		slots  []int
-		rep    gpuSlot
-		typ    string
-		cursor int
+		slots []int
+		rep   gpuSlot
+		typ   string
+		hash  uint64
 	}
 	const alpha = 2
 	type gkey struct {
@@ -393,7 +401,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		if !ok {
 			gi = len(groups)
 			index[k] = gi
-			groups = append(groups, group{rep: s, typ: s.gpu.Type})
+			groups = append(groups, group{rep: s, typ: s.gpu.Type, hash: k.k.hash() ^ hashString(k.typ)})
 		}
 		groups[gi].slots = append(groups[gi].slots, c)
 	}
@@ -434,6 +442,12 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 			case r.gw[a] < r.gw[b]:
 				return 1
 			}
+			// Equal weights (one service on several GPU types) in an order that
+			// does not depend on which GPU a report lists first, so that a
+			// change elsewhere does not reorder them.
+			if c := cmp.Compare(groups[a].hash, groups[b].hash); c != 0 {
+				return c
+			}
 			return a - b
 		})
 		if len(rankings) < 4096 { // bound memory when every job differs
@@ -462,6 +476,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		// cover different GPUs.
 		n := 0
 		if depth > 0 {
+			jh, curGroup, cur := hashString(j.ID), -1, 0
 			u := math.Mod(float64(i)*0.6180339887498949, 1)
 			step := float64(capacity) / float64(p.cfg.K)
 			gi, cum := 0, len(groups[order[0]].slots)
@@ -475,9 +490,21 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 					cum += len(groups[order[gi]].slots)
 				}
 				gr := &groups[order[gi]]
+				if gi != curGroup {
+					// The job's own place in the group: from a hash of its id and
+					// the group's key, not a cursor shared with the jobs before it,
+					// so that a job's list stays what it was while its groups stay
+					// (a job more or less elsewhere shifts no other list). That is
+					// what lets a warm re-plan keep most of last round's pairs.
+					// A fraction of the group's length (not the hash modulo it), so
+					// that a group one GPU longer or shorter moves the start by at
+					// most one place.
+					curGroup = gi
+					cur = int(float64(mix(jh^gr.hash)>>11) / (1 << 53) * float64(len(gr.slots)))
+				}
 				for try := 0; try < len(gr.slots) && try < 8; try++ {
-					c := gr.slots[gr.cursor%len(gr.slots)]
-					gr.cursor++
+					c := gr.slots[cur%len(gr.slots)]
+					cur++
 					if stamp[c] != i+1 && fits(j, slots[c].gpu) {
 						stamp[c] = i + 1
 						g.Col = append(g.Col, int32(c))
@@ -523,6 +550,27 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 				warm.RowCol[i] = c
 			}
 		}
+		// A GPU that is new or changed group or memory since last round gets the
+		// mean price of its group's unchanged GPUs: its old price (or none) says
+		// nothing about it now, and a price far off sends many rows searching.
+		for _, gr := range groups {
+			sum, n := 0.0, 0
+			var changed []int
+			for _, c := range gr.slots {
+				if old, ok := p.prints[slots[c].gpu.UUID]; ok && old == printOf(slots[c]) {
+					sum += warm.Col[c]
+					n++
+				} else {
+					changed = append(changed, c)
+				}
+			}
+			for _, c := range changed {
+				warm.Col[c] = 0
+				if n > 0 {
+					warm.Col[c] = sum / float64(n)
+				}
+			}
+		}
 		pl.Stats.WarmStart = true
 	} else if len(jobs) > 4*coarseMin && len(slots) > 4*coarseMin && !p.noCoarse {
 		// No previous round: get prices from a coarse round first.
@@ -542,12 +590,16 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 	if err != nil {
 		return nil, fmt.Errorf("top-k matching: %w", err)
 	}
-	pl.Stats.Augmentations = m.Augmentations
+	pl.Stats.Augmentations, pl.Stats.Repairs = m.Augmentations, m.Repairs
 	p.prices = make(map[string]float64, len(slots))
 	for c, s := range slots {
 		if x := m.Prices.Col[c]; x != 0 {
 			p.prices[s.gpu.UUID] = x
 		}
+	}
+	p.prints = make(map[string]slotPrint, len(slots))
+	for _, s := range slots {
+		p.prints[s.gpu.UUID] = printOf(s)
 	}
 	p.placed = make(map[string]string, len(jobs))
 	for i, c := range m.RowCol {
@@ -627,4 +679,60 @@ func keyOf(p profile.Profile) profileKey {
 		k.sm, k.smKnown = *p.SMActivity, true
 	}
 	return k
+}
+
+// hash is a stable hash of a profile key (FNV-1a over its fields).
+func (k profileKey) hash() uint64 {
+	h := uint64(14695981039346656037)
+	add := func(x uint64) {
+		for b := 0; b < 8; b++ {
+			h ^= x & 0xff
+			h *= 1099511628211
+			x >>= 8
+		}
+	}
+	b := func(v bool) uint64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	add(b(k.present) | b(k.smKnown)<<1 | b(k.amp)<<2)
+	add(math.Float64bits(k.gpu))
+	add(math.Float64bits(k.bw))
+	add(math.Float64bits(k.mem))
+	add(math.Float64bits(k.sm))
+	add(uint64(k.batch))
+	return h
+}
+
+// hashString is FNV-1a of s.
+func hashString(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// mix spreads the bits of x (splitmix64's finaliser).
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// slotPrint is what a GPU's candidate edges depend on: its group (online profile
+// and type) and its free memory.
+type slotPrint struct {
+	key  profileKey
+	typ  string
+	free float64
+}
+
+func printOf(s gpuSlot) slotPrint {
+	return slotPrint{key: s.key, typ: s.gpu.Type, free: s.gpu.MemoryFreeMiB}
 }
