@@ -10,6 +10,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/muxflow/muxflow/policy"
+	"github.com/muxflow/muxflow/tests/testenv"
 )
 
 // configure runs Configure and fails the test on an error.
@@ -194,5 +195,25 @@ func TestChainNvidiaContainerRuntime(t *testing.T) {
 		if err := Configure([]string{"--policy", pol, "--chain", bad}, &o, &e); err == nil {
 			t.Errorf("--chain %q accepted", bad)
 		}
+	}
+}
+
+// TestSetAsDefaultContainerd2: containerd 2 reads muxflow as its default CRI runtime from
+// an edited version 3 file (see TestContainerd2AcceptsConfig for where containerd 2 comes
+// from).
+func TestSetAsDefaultContainerd2(t *testing.T) {
+	bin := os.Getenv("MUXFLOW_CONTAINERD2")
+	if bin == "" {
+		bin = testenv.Artifact(t, "tools/containerd")
+	}
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	os.WriteFile(cfg, []byte(v3Doc), 0o644)
+	configure(t, "--runtime=containerd", "--config", cfg, "--set-as-default")
+	dump, err := exec.Command(bin, "--config", cfg, "config", "dump").CombinedOutput()
+	if err != nil {
+		t.Fatalf("containerd 2 rejected the file: %v\n%s", err, dump)
+	}
+	if !strings.Contains(string(dump), `default_runtime_name = 'muxflow'`) {
+		t.Errorf("containerd 2's default runtime is not muxflow:\n%s", dump)
 	}
 }
