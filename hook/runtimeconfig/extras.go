@@ -153,8 +153,9 @@ func indentJSON(top []member) (string, error) {
 const crioDropIn = "/etc/crio/crio.conf.d/99-muxflow.conf"
 
 // crioConfig is the drop-in: a runtime handler "muxflow" (the RuntimeClass's handler)
-// whose binary is muxflow-runtime, and with setDefault CRI-O's default runtime. CRI-O
-// copies pod annotations into the container's spec, so no annotation list is needed.
+// whose binary is muxflow-runtime, and with setDefault CRI-O's default runtime. It is
+// checked for its form only (no CRI-O on the test machines); runtime_root is left to
+// CRI-O's default, the one runc uses, since muxflow-runtime hands every command to runc.
 func crioConfig(binary string, setDefault bool) string {
 	var b strings.Builder
 	b.WriteString(marker + "\n")
