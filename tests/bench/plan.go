@@ -79,7 +79,7 @@ func benchPlan(reps int) error {
 	const n = 20000
 	fmt.Printf("\n== muxmatch re-plan: %d GPUs × %d jobs, top-64, analytic predictor, after 1%% of GPUs and jobs change; %d runs, medians (target warm ≤ 0.1 s CPU, same optimum as cold)\n", n, n, reps)
 	fmt.Printf("%-6s %10s %10s %9s %14s\n", "solve", "CPU s", "wall s", "assigned", "total weight")
-	var cold, warm, coldWall, warmWall, same, sameWall []float64
+	var cold, warm, coldWall, warmWall, again, againWall []float64
 	var lastCold, lastWarm *plan.Plan
 	same := true
 	for rep := range reps {
@@ -105,7 +105,7 @@ func benchPlan(reps int) error {
 		if _, err := pw.Plan(reports2, jobs2); err != nil {
 			return err
 		}
-		same, sameWall = append(same, cpuSeconds()-c0), append(sameWall, time.Since(t0).Seconds())
+		again, againWall = append(again, cpuSeconds()-c0), append(againWall, time.Since(t0).Seconds())
 		// Cold: a fresh planner on the same (changed) round.
 		pc, err := plan.NewPlanner(cfg)
 		if err != nil {
@@ -124,7 +124,7 @@ func benchPlan(reps int) error {
 	}
 	fmt.Printf("%-6s %10.3f %10.3f %9d %14.4f\n", "cold", median(cold), median(coldWall), len(lastCold.Assignments), lastCold.Stats.TotalWeight)
 	fmt.Printf("%-6s %10.3f %10.3f %9d %14.4f\n", "warm", median(warm), median(warmWall), len(lastWarm.Assignments), lastWarm.Stats.TotalWeight)
-	fmt.Printf("%-6s %10.3f %10.3f   (warm again, nothing changed)\n", "same", median(same), median(sameWall))
+	fmt.Printf("%-6s %10.3f %10.3f   (warm again, nothing changed)\n", "again", median(again), median(againWall))
 	fmt.Printf("warm/cold CPU %.2f×; same optimum as cold in every run: %v\n", median(warm)/median(cold), same)
 	return nil
 }
