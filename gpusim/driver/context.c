@@ -130,6 +130,18 @@ static int32_t env_priority(void)
 	return 0;
 }
 
+/* env_mps_client_priority: CUDA_MPS_CLIENT_PRIORITY (an MPS client's
+ * priority level: 0 NORMAL, 1 BELOW_NORMAL), read at context creation. A
+ * below-normal client's pending blocks are dispatched only after normal
+ * clients' (sim priority -1 inside its MPS server). */
+static int32_t env_mps_client_priority(void)
+{
+	const char *v = getenv("CUDA_MPS_CLIENT_PRIORITY");
+	if (v != NULL && (strcmp(v, "1") == 0 || strcmp(v, "BELOW_NORMAL") == 0))
+		return -1;
+	return 0;
+}
+
 static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, double atp_req)
 {
 	CUresult r = gs_init();
@@ -171,6 +183,8 @@ static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, dou
 		m.mem_limit = env_mem_limit(sim);
 	}
 	m.priority = env_priority();
+	if (gs_mps_server_pid > 0 && m.priority == 0)
+		m.priority = env_mps_client_priority();
 	gs_hdr_fill(&m.h, GS_CTX_CREATE, sizeof m);
 	struct gs_ctx_create_reply rep;
 	r = gs_call(&m, sizeof m, &rep, sizeof rep);

@@ -204,15 +204,38 @@ func blockWork(k *op, s *smSet) float64 {
 // kernels are served in queue order, a later one getting only what earlier
 // ones cannot use. Between contexts — MPS clients — the free room is split
 // evenly among their oldest waiting kernels first, then what is left goes in
-// queue order.
+// queue order. MPS clients of a lower priority (CUDA_MPS_CLIENT_PRIORITY
+// BELOW_NORMAL, which the driver maps onto lower stream priorities) get only
+// the room higher ones leave: the block scheduler dispatches pending blocks of
+// higher-priority streams first, without preempting running blocks.
 func (d *Device) dispatch(kern []*op) {
-	slices.SortFunc(kern, func(a, b *op) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(kern, func(a, b *op) int {
+		if c := cmp.Compare(b.ctx.priority, a.ctx.priority); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	for i := 0; i < len(kern); {
+		j := i + 1
+		for j < len(kern) && kern[j].ctx.priority == kern[i].ctx.priority {
+			j++
+		}
+		if !d.dispatchLevel(kern[i:j]) {
+			return
+		}
+		i = j
+	}
+}
+
+// dispatchLevel is dispatch for kernels of one priority, in queue order; it
+// reports whether room is left for lower priorities.
+func (d *Device) dispatchLevel(kern []*op) bool {
 	freeThreads := 0
 	for _, s := range d.sets {
 		freeThreads += s.n * (d.p.MaxThreadsPerSM - s.threads)
 	}
 	if freeThreads == 0 {
-		return
+		return false
 	}
 	heads := d.heads[:0]
 	defer func() { d.heads = heads[:0] }()
@@ -231,6 +254,7 @@ func (d *Device) dispatch(kern []*op) {
 			d.place(k, k.pending)
 		}
 	}
+	return true
 }
 
 // ready: k has blocks to place and may place them now.

@@ -446,6 +446,37 @@ func TestNewcomerWaitsForBlocksUnlessSMsAreFree(t *testing.T) {
 	}
 }
 
+// A below-normal MPS client (CUDA_MPS_CLIENT_PRIORITY=1) gets freed SMs only
+// after normal clients' pending blocks: a GPU-filling online kernel beside a
+// busy below-normal neighbour waits for the neighbour's running blocks, not for
+// an even split of every SM they free.
+func TestBelowNormalClientYieldsFreedSMs(t *testing.T) {
+	run := func(prio int) time.Duration {
+		got := time.Hour
+		for try := 0; try < 3; try++ {
+			s := newTestSim(t, "h100")
+			if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+				t.Fatal(err)
+			}
+			busy, online := newProc(t, s, 1, 999, 70), newProc(t, s, 2, 999, 0)
+			if r := busy.c.SetPriority(1, prio); r != Success {
+				t.Fatalf("set priority: %v", r)
+			}
+			busy.c.Launch(busy.st, 10, [3]uint32{132 * 8 * 4, 1, 1}, [3]uint32{256, 1, 1})
+			got = min(got, online.run(t, 10, 132*8, 1)) // one full wave of 1 ms blocks
+			s.Close()
+		}
+		return got
+	}
+	normal, below := run(0), run(-1)
+	t.Logf("online kernel: %v beside a normal neighbour, %v beside a below-normal one", normal, below)
+	// below normal: 40 SMs at once, the rest as the neighbour's first blocks
+	// retire (0.88-1 ms), then 1 ms
+	if below > 2200*time.Microsecond || below >= normal {
+		t.Errorf("GPU-filling online kernel took %v beside a below-normal neighbour and %v beside a normal one; want under 2.2ms and faster than beside a normal one", below, normal)
+	}
+}
+
 func TestPriorityPreemptsWithoutMPS(t *testing.T) {
 	s := newTestSim(t, "h100")
 	busy, hi := newProc(t, s, 1, 0, 0), newProc(t, s, 2, 0, 0)

@@ -64,6 +64,8 @@ func (pl Plan) Modifiers() (List, error) {
 	}
 	if c.Class == api.Offline {
 		env[EnvDrainTimeout] = strconv.Itoa(drainTimeout(p.Evict.Grace.D()))
+		// The GPU dispatches pending online blocks before offline ones as SMs free up.
+		env[ctlblock.EnvMPSClientPriority] = ctlblock.MPSPriorityBelowNormal
 	}
 	switch {
 	case ctl.Limits != "" && ctl.Usage != "":

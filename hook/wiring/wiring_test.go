@@ -75,6 +75,7 @@ func TestPlanWiresContainer(t *testing.T) {
 	wantEnv := []string{
 		"PATH=/bin",
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=70",
+		"CUDA_MPS_CLIENT_PRIORITY=1",
 		"CUDA_MPS_PIPE_DIRECTORY=/run/muxflow/mps",
 		"MUXFLOW_CLASS=offline",
 		"MUXFLOW_CONTAINER_ID=c1",

@@ -26,4 +26,8 @@ const (
 	EnvMPSPipe             = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 	EnvMPSPinnedMem        = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvMPSClientPriority is the MPS client priority level; offline processes run at
+	// MPSPriorityBelowNormal so that the GPU dispatches pending online blocks first.
+	EnvMPSClientPriority   = "CUDA_MPS_CLIENT_PRIORITY"
+	MPSPriorityBelowNormal = "1"
 )

@@ -30,6 +30,8 @@ func TestEnvMatchesHeader(t *testing.T) {
 		"XCUDA_ENV_MPS_PIPE":              EnvMPSPipe,
 		"XCUDA_ENV_MPS_THREAD_PERCENTAGE": EnvMPSThreadPercentage,
 		"XCUDA_ENV_MPS_PINNED_MEM":        EnvMPSPinnedMem,
+		"XCUDA_ENV_MPS_CLIENT_PRIORITY":   EnvMPSClientPriority,
+		"XCUDA_MPS_PRIORITY_BELOW_NORMAL": MPSPriorityBelowNormal,
 		// xcuda_ctl.h
 		"XCUDA_ENV_FAIL_POLICY":   EnvFailPolicy,
 		"XCUDA_ENV_CONTROL_BLOCK": EnvDir,

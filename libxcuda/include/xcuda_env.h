@@ -30,5 +30,9 @@
 #define XCUDA_ENV_MPS_PIPE "CUDA_MPS_PIPE_DIRECTORY"
 #define XCUDA_ENV_MPS_THREAD_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 #define XCUDA_ENV_MPS_PINNED_MEM "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+/* An MPS client's priority level: offline processes run at BELOW_NORMAL, so
+ * the GPU dispatches pending online blocks before theirs (no preemption). */
+#define XCUDA_ENV_MPS_CLIENT_PRIORITY "CUDA_MPS_CLIENT_PRIORITY"
+#define XCUDA_MPS_PRIORITY_BELOW_NORMAL "1"
 
 #endif

@@ -268,6 +268,11 @@ static void export_mps_env(void)
     if (getenv(XCUDA_ENV_MPS_PIPE) == NULL && stat(mps_dir, &st) == 0 && S_ISDIR(st.st_mode))
         setenv(XCUDA_ENV_MPS_PIPE, mps_dir, 0);
     const xcuda_limits *l = xc.lim;
+    /* Offline work yields the SMs that free up to pending online blocks. The
+     * container may not raise it: set over whatever the spec or the process
+     * said. */
+    if (XC_LOAD(&l->signal_role) == XCUDA_SIGNAL_FOLLOW)
+        setenv(XCUDA_ENV_MPS_CLIENT_PRIORITY, XCUDA_MPS_PRIORITY_BELOW_NORMAL, 1);
     uint32_t pct = XC_LOAD(&l->mps_active_thread_pct);
     if (pct > 0 && pct <= 100) {
         const char *cur = getenv(XCUDA_ENV_MPS_THREAD_PERCENTAGE);
