@@ -378,15 +378,16 @@ func (p *Planner) solveExact(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, erro
 // to win (on the Alibaba trace replay: 513 of 2,948 jobs paired, against
 // 2,780 for greedy placement). So each list samples the job's best groups
 // deep enough to hold twice as many GPUs as there are jobs, in proportion to
-// group size; within a group each job takes consecutive members from a place
+// group size; within a group each job walks the group's hash ring from a point
 // hashed from its id (spread like a shared round-robin cursor, but stable when
-// other jobs come and go: see the sampling loop).
+// other jobs and GPUs come and go: see the sampling loop).
 func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error) {
 	type group struct {
 		slots []int
 		rep   gpuSlot
 		typ   string
 		hash  uint64
+		ring  []ringPoint
 	}
 	const alpha = 2
 	type gkey struct {
@@ -404,6 +405,17 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 			groups = append(groups, group{rep: s, typ: s.gpu.Type, hash: k.k.hash() ^ hashString(k.typ)})
 		}
 		groups[gi].slots = append(groups[gi].slots, c)
+	}
+	for gi := range groups {
+		gr := &groups[gi]
+		gr.ring = make([]ringPoint, 0, ringPoints*len(gr.slots))
+		for _, c := range gr.slots {
+			h := hashString(slots[c].gpu.UUID)
+			for v := range uint64(ringPoints) {
+				gr.ring = append(gr.ring, ringPoint{mix(h + v*0x9e3779b97f4a7c15), int32(c)})
+			}
+		}
+		slices.SortFunc(gr.ring, func(a, b ringPoint) int { return cmp.Compare(a.h, b.h) })
 	}
 	g := &assign.Candidates{Rows: len(jobs), Cols: len(slots), Start: make([]int, 1, len(jobs)+1)}
 	// stamp[c] == i+1 marks slot c as already in job i's list: with fewer
@@ -491,19 +503,20 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 				}
 				gr := &groups[order[gi]]
 				if gi != curGroup {
-					// The job's own place in the group: from a hash of its id and
-					// the group's key, not a cursor shared with the jobs before it,
-					// so that a job's list stays what it was while its groups stay
-					// (a job more or less elsewhere shifts no other list). That is
-					// what lets a warm re-plan keep most of last round's pairs.
-					// A fraction of the group's length (not the hash modulo it), so
-					// that a group one GPU longer or shorter moves the start by at
-					// most one place.
+					// The job's own place in the group: a point on the group's
+					// ring (consistent hashing: every member holds ringPoints
+					// points hashed from its UUID) hashed from the job's id and the
+					// group's key, not a cursor shared with the jobs before it. A
+					// job's list then stays what it was while its groups stay, and
+					// a GPU joining or leaving a group changes only the lists whose
+					// walk passes its points: that is what lets a warm re-plan keep
+					// last round's pairs.
 					curGroup = gi
-					cur = int(float64(mix(jh^gr.hash)>>11) / (1 << 53) * float64(len(gr.slots)))
+					at := mix(jh ^ gr.hash)
+					cur, _ = slices.BinarySearchFunc(gr.ring, at, func(e ringPoint, x uint64) int { return cmp.Compare(e.h, x) })
 				}
-				for try := 0; try < len(gr.slots) && try < 8; try++ {
-					c := gr.slots[cur%len(gr.slots)]
+				for try := 0; try < len(gr.ring) && try < 8*ringPoints; try++ {
+					c := int(gr.ring[cur%len(gr.ring)].slot)
 					cur++
 					if stamp[c] != i+1 && fits(j, slots[c].gpu) {
 						stamp[c] = i + 1
@@ -736,3 +749,14 @@ type slotPrint struct {
 func printOf(s gpuSlot) slotPrint {
 	return slotPrint{key: s.key, typ: s.gpu.Type, free: s.gpu.MemoryFreeMiB}
 }
+
+// ringPoint is one of a GPU's points on its group's hash ring.
+type ringPoint struct {
+	h    uint64
+	slot int32
+}
+
+// ringPoints is how many points each GPU holds on its group's ring: enough that
+// every GPU's share of the ring stays within about a third of the mean (with one
+// point, shares spread exponentially and hundreds of GPUs end up in no list).
+const ringPoints = 8
