@@ -168,6 +168,19 @@ func (p *Plugin) watch(ctx context.Context) {
 
 func (p *Plugin) serveOnce(ctx context.Context) (restarted bool, err error) {
 	sock := filepath.Join(p.Dir, p.Socket)
+	// kubelet empties its device-plugin directory when it starts and then creates its
+	// socket: create ours only after that, or kubelet would remove it.
+	kubelet := filepath.Join(p.Dir, filepath.Base(pluginapi.KubeletSocket))
+	for {
+		if st, err := os.Stat(kubelet); err == nil && st.Mode()&os.ModeSocket != 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 	os.Remove(sock)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
