@@ -1,13 +1,16 @@
 package extender
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/muxflow/muxflow/matcher/plan"
 	"github.com/muxflow/muxflow/policy/annotations"
 )
 
@@ -56,4 +59,46 @@ func (s *Server) bind(w http.ResponseWriter, r *http.Request) {
 	delete(s.pending, id)
 	s.mu.Unlock()
 	writeJSON(w, extenderv1.ExtenderBindingResult{})
+}
+
+// Requeue tells kube-scheduler about offline pods the latest plan places for the first
+// time. A pod the extender held ("waiting for the muxflow matcher…") sits in the
+// scheduler's unschedulable queue, which is only retried on a cluster event or after
+// minutes; an update of the pod itself is such an event. So each newly placed pending pod
+// gets muxflow.io/plan-generation set to the plan that placed it (the bind verb writes it
+// again with the GPU). Without Kube it does nothing.
+func (s *Server) Requeue(ctx context.Context) {
+	p := s.Plan()
+	if s.Kube == nil || p == nil {
+		return
+	}
+	var todo []plan.Assignment
+	s.mu.Lock()
+	if s.requeued == nil {
+		s.requeued = map[string]bool{}
+	}
+	for id := range s.pending {
+		if a, ok := assignmentOf(p, id); ok && !s.requeued[id] {
+			todo = append(todo, a)
+			s.requeued[id] = true
+		}
+	}
+	for id := range s.requeued {
+		if _, ok := s.pending[id]; !ok {
+			delete(s.requeued, id) // bound or forgotten
+		}
+	}
+	s.mu.Unlock()
+	for _, a := range todo {
+		ns, name, _ := strings.Cut(a.Job, "/")
+		err := s.Kube.Annotate(ctx, ns, name, "", map[string]string{annotations.PlanGeneration: strconv.FormatInt(p.Generation, 10)})
+		if err != nil {
+			s.Log.Warn("cannot requeue a newly placed pod", "pod", a.Job, "err", err)
+			s.mu.Lock()
+			delete(s.requeued, a.Job) // try again next round
+			s.mu.Unlock()
+			continue
+		}
+		s.Log.Info("requeued a newly placed pod", "pod", a.Job, "node", a.Node, "gpu", a.GPU, "plan", p.Generation)
+	}
 }

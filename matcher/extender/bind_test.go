@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -104,5 +105,23 @@ func TestBindWithoutKube(t *testing.T) {
 	post(t, ts.URL+"/bind", `{"PodName":"a","PodNamespace":"b","Node":"n"}`, &res)
 	if !strings.Contains(res.Error, "--kube-server") {
 		t.Errorf("error = %q", res.Error)
+	}
+}
+
+func TestRequeueNudgesNewlyPlacedPodsOnce(t *testing.T) {
+	s, ts := newTestServer(t)
+	api := &fakeAPI{}
+	s.Kube = newKubeFor(t, api)
+	s.SetPlan(testPlan(), nil)
+	var res extenderv1.ExtenderFilterResult
+	post(t, ts.URL+"/filter", filterBody, &res) // the extender sees batch/resnet-train-7
+	s.Requeue(context.Background())
+	if len(api.reqs) != 1 || !strings.HasPrefix(api.reqs[0], "PATCH /api/v1/namespaces/batch/pods/resnet-train-7 ") ||
+		!strings.Contains(api.reqs[0], `{"metadata":{"annotations":{"muxflow.io/plan-generation":"3"}}}`) {
+		t.Fatalf("requests = %q", api.reqs)
+	}
+	s.Requeue(context.Background())
+	if len(api.reqs) != 1 {
+		t.Errorf("the pod was nudged again: %q", api.reqs)
 	}
 }

@@ -55,10 +55,11 @@ type Server struct {
 	// the node gives the pod exactly that GPU.
 	Kube *Kube
 
-	plan    atomic.Pointer[plan.Plan]
-	reports atomic.Pointer[[]profile.NodeReport]
-	mu      sync.Mutex
-	pending map[string]pendingJob
+	plan     atomic.Pointer[plan.Plan]
+	reports  atomic.Pointer[[]profile.NodeReport]
+	mu       sync.Mutex
+	pending  map[string]pendingJob
+	requeued map[string]bool // pending pods Requeue has nudged
 }
 
 type pendingJob struct {

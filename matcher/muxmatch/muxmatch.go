@@ -474,6 +474,7 @@ func runServe(ctx context.Context, args []string) error {
 			return
 		}
 		srv.SetPlan(pl, rs)
+		srv.Requeue(ctx)
 		log.Info("plan published", "generation", pl.Generation, "mode", pl.Mode, "jobs", pl.Stats.Jobs,
 			"gpus", pl.Stats.EligibleGPUs, "assigned", len(pl.Assignments), "weight", pl.Stats.TotalWeight, "solve_s", pl.Stats.SolveSeconds)
 	}
