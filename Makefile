@@ -16,7 +16,7 @@ GOTEST_FLAGS ?= -count=1 -timeout 12m
 
 export BUILD
 
-.PHONY: all build go-build c-build test go-test c-test docs-test bench lint demo deps package clean
+.PHONY: all build go-build c-build test go-test c-test k8s-e2e docs-test bench lint demo deps package clean
 
 all: build
 
@@ -40,13 +40,21 @@ $(CONTAINERD2):
 	@mkdir -p $(BUILD)/tools
 	cd /tmp && GOBIN=$(BUILD)/tools GOFLAGS= $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$$(cd $(CURDIR) && $(GO) list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 
-test: deps build $(CONTAINERD2) go-test c-test docs-test
+test: deps build $(CONTAINERD2) go-test c-test k8s-e2e docs-test
 
 go-test:
 	MUXFLOW_BUILD=$(BUILD) $(GO) test $(GOTEST_FLAGS) ./...
 
 c-test:
 	@for d in $(C_PARTS); do $(MAKE) -C $$d test BUILD=$(BUILD) || exit 1; done
+
+# k8s-e2e runs a real single-node Kubernetes cluster (etcd, apiserver, scheduler with
+# muxmatch as extender, controller-manager, kubelet, containerd + the muxflow runtime,
+# muxd, muxflow-device-plugin, gpusim) and checks pairing, deletion and eviction
+# (tests/k8s/run.sh, docs/kubernetes.md). Kubernetes is built once into
+# /var/cache/muxflow-k8s (MUXFLOW_K8S_CACHE), keyed by tests/k8s/build's go.mod.
+k8s-e2e: build
+	BUILD=$(BUILD) ./tests/k8s/run.sh
 
 # bench first prints muxflow's own overhead next to its baselines (tests/bench, issue 19:
 # muxd CPU and RSS against a muxd built from BENCH_BASE_REV, NVML calls per sample,
