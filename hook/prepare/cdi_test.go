@@ -66,3 +66,32 @@ func TestInjectPlannedGPU(t *testing.T) {
 		t.Errorf("a GPU that is not here: err = %v", err)
 	}
 }
+
+func TestInjectAnnotatedCDIDevices(t *testing.T) {
+	dir := t.TempDir()
+	old := CDISpecDirs
+	CDISpecDirs = []string{dir}
+	t.Cleanup(func() { CDISpecDirs = old })
+	spec := `{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"env":["GPU_ZERO=1"],
+	"deviceNodes":[{"path":"/dev/null-gpu0","hostPath":"/dev/null","type":"c","major":1,"minor":3}]}}]}`
+	os.WriteFile(filepath.Join(dir, "nvidia.json"), []byte(spec), 0o644)
+	ann := map[string]string{"cdi.k8s.io/nvidia-device-plugin_abc": "nvidia.com/gpu=0", "cdi.k8s.io/other": "vendor.com/fpga=1"}
+	devs := annotatedGPUDevices(ann)
+	if len(devs) != 1 || devs[0] != "nvidia.com/gpu=0" {
+		t.Fatalf("devices = %q", devs)
+	}
+	s := specs.Spec{Process: &specs.Process{}, Annotations: ann}
+	// Twice: an engine that already applied CDI gets the same spec again.
+	for range 2 {
+		if err := injectAnnotated(&s, devs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(s.Linux.Devices) != 1 || s.Linux.Devices[0].Path != "/dev/null-gpu0" || !slices.Contains(s.Process.Env, "GPU_ZERO=1") {
+		t.Errorf("spec after injection: devices %+v env %q", s.Linux.Devices, s.Process.Env)
+	}
+	err := injectAnnotated(&s, []string{"nvidia.com/gpu=7"})
+	if err == nil || !strings.Contains(err.Error(), "CDI device nvidia.com/gpu=7, which the device plugin allocated (annotation cdi.k8s.io/*), is not in the node's CDI specs") {
+		t.Errorf("missing device: %v", err)
+	}
+}

@@ -108,6 +108,12 @@ func Inspect(req Request, p *policy.Policy) (*Prepared, error) {
 			return nil, invalid{err}
 		}
 	}
+	if devs := annotatedGPUDevices(s.Annotations); len(devs) > 0 {
+		// A device plugin's cdi-annotations strategy: apply the devices it named.
+		if err := injectAnnotated(&s, devs); err != nil {
+			return nil, invalid{err}
+		}
+	}
 	// Annotations, or where the engine cannot set them (Docker < 24) MUXFLOW_CLASS & co.
 	reg, err := classify.Register(req.ID, gpus, ContainerdNamespace(req.Bundle), PodName(s.Annotations), s.Annotations, s.Process.Env, p)
 	switch {
