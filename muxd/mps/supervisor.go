@@ -37,7 +37,8 @@ type Supervisor struct {
 	OnRestart func(reason string)
 	// KeepOnExit leaves the control daemon running when Run returns, so that a restart
 	// or upgrade of muxd does not take the MPS servers (and every GPU client) down; the
-	// next muxd adopts it.
+	// next muxd adopts it. muxd's shutdown then decides whether to quit it (only when no
+	// GPU work uses it; muxd/daemon) and logs that decision.
 	KeepOnExit bool
 
 	restarts atomic.Int64
@@ -147,7 +148,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		reason := s.watch(ctx, exited, period)
 		if ctx.Err() != nil {
 			if s.KeepOnExit {
-				s.Log.Info("leaving the MPS control daemon running for the next muxd", "pid", cmd.Process.Pid)
+				s.Log.Debug("supervisor done; the MPS control daemon is left to muxd's shutdown rule", "pid", cmd.Process.Pid)
 			} else {
 				s.stop(cmd, exited)
 			}
