@@ -77,7 +77,11 @@ type Plugin struct {
 	Injector Injector
 	// CDIDir and CDIName say where the CDI spec goes ("" CDIDir: no spec is written).
 	CDIDir, CDIName string
-	Period          time.Duration
+	// Strategy is how Allocate names the GPUs, as the NVIDIA device plugin's
+	// deviceListStrategy: StrategyEnvvar (default), StrategyVolumeMounts or
+	// StrategyCDIAnnotations.
+	Strategy string
+	Period   time.Duration
 	Log             *slog.Logger
 
 	mu      sync.Mutex
@@ -291,7 +295,26 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	return resp, nil
 }
 
+// The device-list strategies, named as the NVIDIA device plugin names them.
+const (
+	StrategyEnvvar         = "envvar"
+	StrategyVolumeMounts   = "volume-mounts"
+	StrategyCDIAnnotations = "cdi-annotations"
+)
+
 func (p *Plugin) containerResponse(gs []GPU) *pluginapi.ContainerAllocateResponse {
+	if p.Strategy == StrategyCDIAnnotations {
+		// The runtime applies the devices from the CDI spec (annotation keys as the
+		// NVIDIA device plugin writes them; containerd must pass them: the runtime
+		// entry's container_annotations = ["cdi.k8s.io/*"]).
+		var names []string
+		for _, g := range gs {
+			names = append(names, CDIKind+"="+g.UUID)
+		}
+		return &pluginapi.ContainerAllocateResponse{Annotations: map[string]string{
+			"cdi.k8s.io/muxflow-device-plugin_" + strings.ToLower(strings.Join(uuidsOf(gs), "_")): strings.Join(names, ","),
+		}}
+	}
 	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
 	var uuids []string
 	edits := []Edits{p.Injector.Common()}
@@ -323,5 +346,19 @@ func (p *Plugin) containerResponse(gs []GPU) *pluginapi.ContainerAllocateRespons
 	}
 	// The muxflow runtime (and NVIDIA's) recognise a GPU container by this variable.
 	r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(uuids, ",")
+	if p.Strategy == StrategyVolumeMounts {
+		r.Envs["NVIDIA_VISIBLE_DEVICES"] = "/var/run/nvidia-container-devices"
+		for _, u := range uuids {
+			r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: "/dev/null", ContainerPath: "/var/run/nvidia-container-devices/" + u, ReadOnly: true})
+		}
+	}
 	return r
+}
+
+func uuidsOf(gs []GPU) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.UUID)
+	}
+	return out
 }

@@ -128,3 +128,18 @@ func TestPluginRegistersListsAndAllocates(t *testing.T) {
 		t.Fatal("the plugin did not register again after its socket went")
 	}
 }
+
+func TestAllocateStrategies(t *testing.T) {
+	gs := []GPU{{Index: 1, UUID: "GPU-bbbb"}}
+	p := &Plugin{Injector: SimInjector{Socket: "/s", LibDir: "/l"}}
+	p.Strategy = StrategyVolumeMounts
+	r := p.containerResponse(gs)
+	if r.Envs["NVIDIA_VISIBLE_DEVICES"] != "/var/run/nvidia-container-devices" || r.Mounts[len(r.Mounts)-1].ContainerPath != "/var/run/nvidia-container-devices/GPU-bbbb" {
+		t.Errorf("volume-mounts: %v %v", r.Envs, r.Mounts)
+	}
+	p.Strategy = StrategyCDIAnnotations
+	r = p.containerResponse(gs)
+	if len(r.Envs) != 0 || len(r.Mounts) != 0 || r.Annotations["cdi.k8s.io/muxflow-device-plugin_gpu-bbbb"] != "nvidia.com/gpu=GPU-bbbb" {
+		t.Errorf("cdi-annotations: %+v", r)
+	}
+}

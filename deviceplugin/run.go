@@ -38,6 +38,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	resource := fs.String("resource", "nvidia.com/gpu", "extended resource name to advertise")
 	dir := fs.String("plugin-dir", pluginapi.DevicePluginPath, "kubelet's device-plugin directory")
 	cdiDir := fs.String("cdi-dir", "/var/run/cdi", "directory for the CDI spec (\"\" writes none)")
+	strategy := fs.String("device-list-strategy", StrategyEnvvar, "how containers are told their GPUs, as the NVIDIA device plugin's: envvar, volume-mounts or cdi-annotations")
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -47,6 +48,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	switch *strategy {
+	case StrategyEnvvar, StrategyVolumeMounts, StrategyCDIAnnotations:
+	default:
+		return fmt.Errorf("--device-list-strategy must be envvar, volume-mounts or cdi-annotations, not %q", *strategy)
 	}
 	slog.SetDefault(slog.New(slog.NewJSONHandler(stderr, nil)))
 	var lib nvml.Interface
@@ -72,7 +78,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer lib.Shutdown()
 	p := &Plugin{
-		ResourceName: *resource, Dir: *dir, CDIDir: *cdiDir, CDIName: "muxflow-gpus.json",
+		ResourceName: *resource, Dir: *dir, CDIDir: *cdiDir, CDIName: "muxflow-gpus.json", Strategy: *strategy,
 		Injector: inj, List: func() ([]GPU, error) { return ListGPUs(lib) },
 	}
 	return p.Run(ctx)

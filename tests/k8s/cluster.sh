@@ -151,6 +151,13 @@ cat > "$W/cni.conflist" <<JSON
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"$W/cni-ipam"}}]}
 JSON
 cp "$W/cni.conflist" /etc/cni/net.d/10-mfk8s.conflist
+# The device plugin's strategy (MUXFLOW_K8S_STRATEGY: envvar, volume-mounts or
+# cdi-annotations, as the NVIDIA device plugin's deviceListStrategy). With CDI annotations
+# containerd must pass them to the runtime too.
+STRATEGY=${MUXFLOW_K8S_STRATEGY:-envvar}
+CDI_ANNOTATIONS=""
+[ "$STRATEGY" = cdi-annotations ] && CDI_ANNOTATIONS=$'\n      container_annotations = ["cdi.k8s.io/*"]'
+log "device plugin strategy: $STRATEGY"
 cat > "$W/containerd.toml" <<TOML
 version = 2
 root = "$W/containerd"
@@ -166,7 +173,7 @@ state = "/run/containerd"
       runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.muxflow]
       runtime_type = "io.containerd.runc.v2"
-      pod_annotations = ["muxflow.io/*"]
+      pod_annotations = ["muxflow.io/*"]$CDI_ANNOTATIONS
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.muxflow.options]
         BinaryName = "$BUILD/bin/muxflow-runtime"
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -257,7 +264,8 @@ resolvConf: ""
 YAML
 bg kubelet kubelet --config="$W/kubelet.yaml" --kubeconfig="$W/kubeconfig" --hostname-override=localhost \
 	--node-ip=10.99.0.1 --root-dir=/var/lib/kubelet
-bg device-plugin muxflow-device-plugin --gpus gpusim:/run/gpusim/gpusimd.sock --gpusim-lib "$BUILD/gpusim/lib" --cdi-dir /var/run/cdi
+bg device-plugin muxflow-device-plugin --gpus gpusim:/run/gpusim/gpusimd.sock --gpusim-lib "$BUILD/gpusim/lib" --cdi-dir /var/run/cdi \
+	--device-list-strategy "$STRATEGY"
 log "waiting for the node"
 waitfor 120 "node localhost Ready" sh -c "kubectl --kubeconfig $W/kubeconfig get node localhost -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 waitfor 60 "2 nvidia.com/gpu on the node" sh -c "kubectl --kubeconfig $W/kubeconfig get node localhost -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' | grep -qx 2"
