@@ -82,7 +82,7 @@ type Plugin struct {
 	// StrategyCDIAnnotations.
 	Strategy string
 	Period   time.Duration
-	Log             *slog.Logger
+	Log      *slog.Logger
 
 	mu      sync.Mutex
 	gpus    []GPU
