@@ -4,7 +4,8 @@
 set -euo pipefail
 
 pkgs=(gcc make libc6-dev containerd runc busybox-static python3 python3-scipy valgrind
-      lintian rpm systemd iproute2 procps psmisc curl jq man-db binutils)
+      lintian rpm systemd iproute2 procps psmisc curl jq man-db binutils
+      containernetworking-plugins openssl iptables util-linux)
 
 missing=()
 for p in "${pkgs[@]}"; do
