@@ -109,7 +109,7 @@ func (s *Server) PendingJobs(now time.Time) []plan.Job {
 //	POST /filter, /prioritize      kube-scheduler extender verbs
 //	POST /bind                     the bind verb (with Kube): annotate the planned GPU, bind
 //	GET  /v1/plan                  the latest plan
-//	GET  /v1/plan/{ns}/{name}      one pod's assignment (muxd picks the GPU)
+//	GET  /v1/plan/{ns}/{name}      one pod's assignment
 //	GET  /healthz
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
