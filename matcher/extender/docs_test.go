@@ -62,7 +62,7 @@ func TestDocumentedSchedulerConfigReachesHandlers(t *testing.T) {
 		t.Fatalf("%d extenders in the documented config, want 1", len(cfg.Extenders))
 	}
 	ext := cfg.Extenders[0]
-	if !strings.HasSuffix(ext.URLPrefix, ":8888") || ext.FilterVerb == "" || ext.PrioritizeVerb == "" {
+	if !strings.HasSuffix(ext.URLPrefix, ":8888") || ext.FilterVerb == "" || ext.PrioritizeVerb == "" || ext.BindVerb != "bind" {
 		t.Fatalf("extender config %+v", ext)
 	}
 	s := NewServer(nil)
