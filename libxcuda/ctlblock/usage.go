@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 )
@@ -59,14 +60,20 @@ var stickyResults = map[uint32]bool{
 // IsStickyResult reports whether libxcuda would record r as a sticky error.
 func IsStickyResult(r uint32) bool { return stickyResults[r] }
 
-// readUsage preads the whole usage page of f (never maps it) and parses it.
+// pages holds usage pages to read into, so that a read allocates nothing: each read
+// takes a private page, fills it with one pread, parses it and gives it back.
+var pages = sync.Pool{New: func() any { return new(rawUsage) }}
+
+// readUsage preads the whole usage page of f (never maps it: see Block) into a private
+// page and parses it.
 func readUsage(f *os.File) (Usage, error) {
-	buf := make([]byte, UsageSize)
-	n, err := f.ReadAt(buf, 0)
+	r := pages.Get().(*rawUsage)
+	defer pages.Put(r)
+	n, err := f.ReadAt(bytesOf(r), 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return Usage{}, fmt.Errorf("read usage file %s: %w", f.Name(), err)
 	}
-	return ParseUsage(buf[:n], time.Now())
+	return parseRaw(r, n, time.Now())
 }
 
 // ParseUsage decodes a usage page read from a container's usage file. It never trusts
@@ -75,12 +82,20 @@ func readUsage(f *os.File) (Usage, error) {
 // write, clamped into range, and reported. now bounds heartbeats. The returned Usage is
 // always safe to sum and convert.
 func ParseUsage(buf []byte, now time.Time) (Usage, error) {
-	var r rawUsage
-	if len(buf) < UsageSize {
+	r := pages.Get().(*rawUsage)
+	defer pages.Put(r)
+	n := copy(bytesOf(r), buf)
+	return parseRaw(r, n, now)
+}
+
+// parseRaw is ParseUsage of a page of which the first n bytes were read. A page that
+// is sound costs no allocation beyond the per-device and per-process slices of what is
+// in use: the reasons are only formatted for values that are out of range.
+func parseRaw(r *rawUsage, n int, now time.Time) (Usage, error) {
+	if n < UsageSize {
 		return Usage{}, &CorruptError{Header: true, Reasons: []string{
-			fmt.Sprintf("usage file has %d bytes, want %d (truncated?)", len(buf), UsageSize)}}
+			fmt.Sprintf("usage file has %d bytes, want %d (truncated?)", n, UsageSize)}}
 	}
-	copy(bytesOf(&r), buf[:UsageSize])
 	var bad []string
 	h := r.Hdr
 	switch {
@@ -95,42 +110,56 @@ func ParseUsage(buf []byte, now time.Time) (Usage, error) {
 		return Usage{}, &CorruptError{Header: true, Reasons: bad}
 	}
 	note := func(format string, a ...any) { bad = append(bad, fmt.Sprintf(format, a...)) }
-	bytesVal := func(what string, v uint64) uint64 {
-		if v > MaxPlausibleBytes {
-			note("%s is %d bytes", what, v)
-			return MaxPlausibleBytes
-		}
-		return v
-	}
-	durVal := func(what string, v uint64) time.Duration {
+	// slot is -1 for the container's totals, else the process slot a value is from.
+	durVal := func(what string, slot int, v uint64) time.Duration {
 		if v > uint64(MaxPlausibleDuration) {
-			note("%s is %d ns", what, v)
+			note("%s is %d ns", slotted(what, slot), v)
 			return MaxPlausibleDuration
 		}
 		return time.Duration(v)
 	}
-	timeVal := func(what string, ns uint64) time.Time {
+	timeVal := func(what string, slot int, ns uint64) time.Time {
 		if ns == 0 {
 			return time.Time{}
 		}
 		if ns > math.MaxInt64 || time.Unix(0, int64(ns)).After(now.Add(FutureSlack)) {
-			note("%s %d ns is in the future", what, ns)
+			note("%s %d ns is in the future", slotted(what, slot), ns)
 			return now
 		}
 		return time.Unix(0, int64(ns))
 	}
+	// perDevice clamps one byte counter per device (what names it for device d) into a
+	// slice without trailing zeros, nil when all are zero, like trimZeros.
+	perDevice := func(v *[MaxDevices]uint64, what func(d int) string) []uint64 {
+		n := MaxDevices
+		for n > 0 && v[n-1] == 0 {
+			n--
+		}
+		if n == 0 {
+			return nil
+		}
+		out := make([]uint64, n)
+		for d := range n {
+			out[d] = v[d]
+			if out[d] > MaxPlausibleBytes {
+				note("%s is %d bytes", what(d), out[d])
+				out[d] = MaxPlausibleBytes
+			}
+		}
+		return out
+	}
 	out := Usage{
-		Heartbeat:    timeVal("heartbeat", r.HeartbeatNS),
+		Heartbeat:    timeVal("heartbeat", -1, r.HeartbeatNS),
 		Launches:     r.Launches,
-		Throttled:    durVal("throttled time", r.ThrottledNS),
-		GPUTime:      durVal("GPU time", r.GPUTimeNS),
-		OnlineHeld:   durVal("online-held time", r.OnlineHeldNS),
-		AheadHeld:    durVal("ahead-held time", r.AheadHeldNS),
+		Throttled:    durVal("throttled time", -1, r.ThrottledNS),
+		GPUTime:      durVal("GPU time", -1, r.GPUTimeNS),
+		OnlineHeld:   durVal("online-held time", -1, r.OnlineHeldNS),
+		AheadHeld:    durVal("ahead-held time", -1, r.AheadHeldNS),
 		InFlight:     r.InFlight,
 		OOMDenials:   r.OOMDenials,
 		StickyErrors: r.StickyErrors,
 		LastSticky:   r.LastSticky,
-		LastStickyAt: timeVal("last sticky error time", r.LastStickyNS),
+		LastStickyAt: timeVal("last sticky error time", -1, r.LastStickyNS),
 	}
 	if out.InFlight > MaxPlausibleInFlight {
 		note("%d launches in flight", out.InFlight)
@@ -139,14 +168,8 @@ func ParseUsage(buf []byte, now time.Time) (Usage, error) {
 	if out.StickyErrors > 0 && !IsStickyResult(out.LastSticky) {
 		note("%d sticky errors but the last one, CUDA error %d, is not a sticky error", out.StickyErrors, out.LastSticky)
 	}
-	out.ReservedBytes = make([]uint64, MaxDevices)
-	out.PeakBytes = make([]uint64, MaxDevices)
-	for d := range MaxDevices {
-		out.ReservedBytes[d] = bytesVal(fmt.Sprintf("reserved memory of device %d", d), r.ReservedBytes[d])
-		out.PeakBytes[d] = bytesVal(fmt.Sprintf("peak memory of device %d", d), r.PeakBytes[d])
-	}
-	out.ReservedBytes = trimZeros(out.ReservedBytes)
-	out.PeakBytes = trimZeros(out.PeakBytes)
+	out.ReservedBytes = perDevice(&r.ReservedBytes, func(d int) string { return fmt.Sprintf("reserved memory of device %d", d) })
+	out.PeakBytes = perDevice(&r.PeakBytes, func(d int) string { return fmt.Sprintf("peak memory of device %d", d) })
 	for i := range r.Procs {
 		p := &r.Procs[i]
 		if p.PID == 0 {
@@ -163,23 +186,29 @@ func ParseUsage(buf []byte, now time.Time) (Usage, error) {
 			note("process slot %d has flags %#x", i, p.Flags)
 		}
 		pu := ProcUsage{
-			PID:           p.PID,
-			Draining:      p.Flags&procDraining != 0,
-			Heartbeat:     timeVal(fmt.Sprintf("heartbeat of slot %d", i), p.HeartbeatNS),
-			Launches:      p.Launches,
-			Throttled:     durVal(fmt.Sprintf("throttled time of slot %d", i), p.ThrottledNS),
-			ReservedBytes: make([]uint64, MaxDevices),
+			PID:       p.PID,
+			Draining:  p.Flags&procDraining != 0,
+			Heartbeat: timeVal("heartbeat", i, p.HeartbeatNS),
+			Launches:  p.Launches,
+			Throttled: durVal("throttled time", i, p.ThrottledNS),
 		}
-		for d := range MaxDevices {
-			pu.ReservedBytes[d] = bytesVal(fmt.Sprintf("reserved memory of slot %d device %d", i, d), p.ReservedBytes[d])
-		}
-		pu.ReservedBytes = trimZeros(pu.ReservedBytes)
+		pu.ReservedBytes = perDevice(&p.ReservedBytes, func(d int) string {
+			return fmt.Sprintf("reserved memory of slot %d device %d", i, d)
+		})
 		out.Procs = append(out.Procs, pu)
 	}
 	if bad != nil {
 		return out, &CorruptError{Reasons: bad}
 	}
 	return out, nil
+}
+
+// slotted names a value of process slot slot (-1: of the container) in a reason.
+func slotted(what string, slot int) string {
+	if slot < 0 {
+		return what
+	}
+	return fmt.Sprintf("%s of slot %d", what, slot)
 }
 
 // TotalReserved sums the reserved bytes over devices without wrapping (each entry is

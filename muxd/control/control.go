@@ -81,11 +81,7 @@ func InitialLimits(c api.Container, p *policy.Policy, peers ...api.Container) ct
 	}
 	l.MPSActiveThreadPercent = MPSThreadCeiling(c, p)
 	if c.Class == api.Offline {
-		own := float64(cl.SMMax)
-		if c.Limits.SMPercent > 0 {
-			own = float64(c.Limits.SMPercent)
-		}
-		part := offlinePart(c, own, p, peers)
+		part := offlinePart(c, p, peers)
 		l.MPSActiveThreadPercent, l.ShareBP = part, part*100
 	}
 	if p.Hook.FailClosed {
@@ -119,23 +115,34 @@ func MPSThreadPercent(pct float64) uint32 {
 	return uint32(max(1, min(100, math.Floor(pct+1e-6))))
 }
 
+// OfflineClaim is an offline container's claim on its GPU's offline budget: the class's
+// priority as its weight, and its own ceiling (OwnCeiling) as its cap. It is the one
+// statement of both, for the first limits here and for the guard's split every period.
+func OfflineClaim(c api.Container, p *policy.Policy) alloc.Claim {
+	return alloc.Claim{Weight: float64(p.Classes.Offline.Priority) + 1, Cap: OwnCeiling(c, p)}
+}
+
+// OwnCeiling is an offline container's own ceiling (0..1): its sm-percent, else the
+// offline class's sm_max, and never above sm_max.
+func OwnCeiling(c api.Container, p *policy.Policy) float64 {
+	max := p.Classes.Offline.SMMax.Fraction()
+	if c.Limits.SMPercent > 0 {
+		return math.Min(float64(c.Limits.SMPercent)/100, max)
+	}
+	return max
+}
+
 // offlinePart is an offline container's part (percent) of the class's sm_max, split with
-// the offline peers that share one of its GPUs, capped by its own sm-percent (own).
-func offlinePart(c api.Container, own float64, p *policy.Policy, peers []api.Container) uint32 {
-	w := float64(p.Classes.Offline.Priority) + 1
-	max := float64(p.Classes.Offline.SMMax)
-	claims := []alloc.Claim{{Weight: w, Cap: own / 100}}
+// the offline peers that share one of its GPUs, capped by its own ceiling.
+func offlinePart(c api.Container, p *policy.Policy, peers []api.Container) uint32 {
+	claims := []alloc.Claim{OfflineClaim(c, p)}
 	for _, o := range peers {
 		if o.ID == c.ID || o.Class != api.Offline || !shareGPU(c.GPUs, o.GPUs) {
 			continue
 		}
-		cap := max
-		if o.Limits.SMPercent > 0 {
-			cap = float64(o.Limits.SMPercent)
-		}
-		claims = append(claims, alloc.Claim{Weight: w, Cap: cap / 100})
+		claims = append(claims, OfflineClaim(o, p))
 	}
-	shares, _ := alloc.SplitBudget(max/100, claims)
+	shares, _ := alloc.SplitBudget(p.Classes.Offline.SMMax.Fraction(), claims)
 	return MPSThreadPercent(shares[0] * 100)
 }
 
