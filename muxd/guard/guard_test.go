@@ -251,15 +251,15 @@ func TestForgetsContainersThatAreGone(t *testing.T) {
 	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
 	now := time.Now()
 	f.g.Step(context.Background(), now)
-	if len(f.g.launches) != 2 || len(f.g.sticky) != 2 {
-		t.Fatalf("per-container state not kept: %v %v", f.g.launches, f.g.sticky)
+	if len(f.g.loop.trust.launches) != 2 || len(f.g.loop.sticky.last) != 2 {
+		t.Fatalf("per-container state not kept: %v %v", f.g.loop.trust.launches, f.g.loop.sticky.last)
 	}
 	f.g.Containers = list{running("svc", api.Online, 100, "0")}
 	f.g.Step(context.Background(), now.Add(100*time.Millisecond))
-	if _, ok := f.g.launches["train"]; ok {
+	if _, ok := f.g.loop.trust.launches["train"]; ok {
 		t.Error("state of a container that is gone is kept")
 	}
-	if _, ok := f.g.sticky["train"]; ok {
+	if _, ok := f.g.loop.sticky.last["train"]; ok {
 		t.Error("sticky count of a container that is gone is kept")
 	}
 }

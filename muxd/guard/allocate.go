@@ -1,0 +1,314 @@
+package guard
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/muxd/alloc"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/control"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// Allocation: the third step of a period. Each GPU's allocator turns the online demand
+// (measured from NVML's per-process samples, or a conservative stand-in), the online
+// launch rate and the GPU's health into the GPU's offline ceiling; that ceiling is a
+// budget its offline containers split, and each container's part is written into its
+// control block, where libxcuda enforces it at the next launch.
+
+// demand is one GPU's online utilisation as NVML's samples gave it (see onlineUtil).
+type demand struct {
+	util float64
+	ok   bool
+	why  string
+}
+
+// allocate steps every GPU's allocator for this period (dt seconds after the previous
+// one) and publishes its decisions; the decisions come back in the order of sv.views.
+func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time) []alloc.Decision {
+	// The measurements first, outside the lock: attribution follows /proc links.
+	ds := g.loop.demands[:0]
+	for _, v := range sv.views {
+		var d demand
+		if len(v.online) > 0 {
+			d.util, d.ok, d.why = g.onlineUtil(v)
+		}
+		ds = append(ds, d)
+	}
+	g.loop.demands = ds
+	out := g.loop.decisions[:0]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, v := range sv.views {
+		uuid := v.status.UUID
+		in := alloc.Input{Now: now, Online: len(v.online) > 0, Health: healthOf(v.status.State)}
+		st := g.gpus[uuid]
+		if st == nil {
+			st = &gpuState{}
+			g.gpus[uuid] = st
+		}
+		if in.Online {
+			in.OnlineUtil = g.estimateOnline(v, st, ds[i])
+			in.Fallback = st.failing
+			// The burst detector needs every online container's launch count: one
+			// without a measured rate (no block yet, quarantined, first period) leaves
+			// the rate unknown rather than low.
+			in.RateKnown = dt > 0 && dt < 10
+			for _, c := range v.online {
+				rate, ok := r.rates[c.ID]
+				in.OnlineLaunchRate += rate
+				in.RateKnown = in.RateKnown && ok
+			}
+			if in.RateKnown {
+				in.Period = time.Duration(dt * float64(time.Second))
+			}
+		} else {
+			// The next online container starts from a clean slate.
+			st.haveGood, st.lastGood, st.source, st.failing = false, 0, "", false
+		}
+		a := g.loop.allocs[uuid]
+		if a == nil {
+			a = alloc.New(g.loop.allocCfg)
+			g.loop.allocs[uuid] = a
+		}
+		d := a.Step(in)
+		g.decisions[uuid] = d
+		g.noteChange(st, v, d, now)
+		out = append(out, d)
+	}
+	g.loop.decisions = out
+	return out
+}
+
+// ceilingParts is one period's split of the GPUs' budgets, per offline container.
+type ceilingParts struct {
+	ceilings map[string]api.Ceiling
+	mpsPart  map[string]float64 // part of the class's sm_max, for the MPS percentage
+	paused   map[string]bool
+	claims   []alloc.Claim
+}
+
+// applyCeilings splits each GPU's offline ceiling among its offline containers and
+// writes each container's part into its block. The budget is split twice: the launch-gate
+// shares from the allocator's ceiling, the MPS active-thread percentages from the class's
+// sm_max; a container on several GPUs gets the smallest of its parts, and never more
+// than its own ceiling (control.OwnCeiling). A GPU whose health stops offline work pauses
+// its offline containers.
+func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *policy.Policy) {
+	cp := &g.loop.parts
+	if cp.ceilings == nil {
+		cp.ceilings, cp.mpsPart, cp.paused = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}
+	}
+	clear(cp.ceilings)
+	clear(cp.mpsPart)
+	clear(cp.paused)
+	for i, v := range sv.views {
+		claims := cp.claims[:0]
+		for _, c := range v.offline {
+			claims = append(claims, control.OfflineClaim(c, p))
+		}
+		cp.claims = claims
+		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
+		mps, _ := alloc.SplitBudget(g.loop.allocCfg.OfflineMax, claims)
+		stop := healthOf(v.status.State) == alloc.Stop
+		for j, c := range v.offline {
+			id := c.ID
+			old, ok := cp.ceilings[id]
+			if !ok || gate[j] < old.Percent {
+				old.Percent = gate[j]
+			}
+			if !ok || parts[j] < old.Part {
+				old.Part = parts[j]
+			}
+			old.Own = claims[j].Cap
+			cp.ceilings[id] = old
+			if m, ok := cp.mpsPart[id]; !ok || mps[j] < m {
+				cp.mpsPart[id] = mps[j]
+			}
+			if stop {
+				cp.paused[id] = true
+			}
+		}
+	}
+	for id, c := range cp.ceilings {
+		c.MPSThreadPercent = mpsPercent(cp.mpsPart[id])
+		switch {
+		case cp.paused[id]:
+			c.BoundBy = "paused"
+		case c.Own < c.Part:
+			c.BoundBy = "own sm-percent"
+		default:
+			c.BoundBy = "GPU budget"
+		}
+		c.Percent, c.Own, c.Part = pct(c.Percent), pct(c.Own), pct(c.Part)
+		g.apply(id, c, cp.paused[id])
+		cp.ceilings[id] = c
+	}
+	g.mu.Lock()
+	for id, c := range cp.ceilings {
+		g.ceilings[id] = c
+	}
+	g.mu.Unlock()
+}
+
+// apply writes an offline container's ceiling into its control block (its launch-gate
+// share, and the MPS active-thread percentage its new processes get), keeping every other
+// limit as it is. The share is rounded down, so the parts never sum above the budget.
+func (g *Guard) apply(id string, c api.Ceiling, paused bool) {
+	b := g.Blocks.Block(id)
+	if b == nil {
+		return
+	}
+	l := b.Limits()
+	bp := uint32(math.Floor(c.Percent/100*ctlblock.ShareFull + 1e-6))
+	if l.ShareBP == bp && l.Paused == paused && l.MPSActiveThreadPercent == c.MPSThreadPercent {
+		return
+	}
+	l.ShareBP, l.Paused, l.MPSActiveThreadPercent = bp, paused, c.MPSThreadPercent
+	if err := b.SetLimits(l); err != nil {
+		g.Log.Error("cannot set offline share", "id", id, "err", err)
+	}
+}
+
+// mpsPercent turns a part of the GPU (0..1) into an MPS active-thread percentage with the
+// one rounding rule of MPS percentages (control.MPSThreadPercent, which InitialLimits and
+// the wiring use too).
+func mpsPercent(part float64) uint32 { return control.MPSThreadPercent(part * 100) }
+
+// estimateOnline is the online utilisation the allocator is given for one GPU: what
+// onlineUtil measured when the online processes were found, else a conservative
+// fallback (the larger of the GPU's whole utilisation and the last good measurement),
+// with the reason recorded in the GPU's state and logged when it starts and ends (g.mu
+// held).
+func (g *Guard) estimateOnline(v gpuView, st *gpuState, m demand) float64 {
+	u, why := m.util, m.why
+	if m.ok {
+		st.lastGood, st.haveGood = u, true
+		if st.failing {
+			g.Log.Info("online processes found again in NVML's per-process samples", "gpu", v.status.UUID, "online_util", u)
+		}
+		st.source, st.failing = why, false
+		return u
+	}
+	est, src := u, why
+	if st.haveGood && st.lastGood > u {
+		est = st.lastGood
+		src = fmt.Sprintf("%s; using the last good estimate %.0f%% (above %.0f%%)", why, 100*st.lastGood, 100*u)
+	}
+	if !st.failing {
+		g.Log.Warn("cannot attribute GPU utilisation to the online containers: using a conservative estimate",
+			"gpu", v.status.UUID, "why", why, "estimate", est)
+	}
+	st.source, st.failing = src, true
+	return est
+}
+
+// onlineUtil is the share of time online kernels ran on the GPU, from the per-process
+// utilisation of the online containers' processes. ok is false when they cannot be
+// found (no per-process samples, or none of them belongs to an online container): the
+// value is then a conservative stand-in (the GPU's whole utilisation, which also counts
+// offline kernels, or 1 without it) and never 0, so that a failed attribution cannot
+// give offline work its maximum. why says which case it was.
+func (g *Guard) onlineUtil(v gpuView) (util float64, ok bool, why string) {
+	s := v.status.Sample
+	if s == nil {
+		return 1, false, "no NVML sample yet: assuming the online work uses the whole GPU"
+	}
+	whole := func() float64 {
+		if s.GPUUtilPercent != nil {
+			return math.Min(float64(*s.GPUUtilPercent)/100, 1)
+		}
+		return 1
+	}
+	wholeText := func() string {
+		if s.GPUUtilPercent != nil {
+			return fmt.Sprintf("the GPU's utilisation %d%%", *s.GPUUtilPercent)
+		}
+		return "the whole GPU (no GPU utilisation either)"
+	}
+	pids := &g.loop.pids
+	if pids.online == nil {
+		pids.online, pids.offline = map[int]string{}, map[int]string{}
+	}
+	online, offline := pids.online, pids.offline
+	clear(online)
+	clear(offline)
+	for _, c := range v.online {
+		online[c.PID] = c.ID
+	}
+	for _, c := range v.offline {
+		offline[c.PID] = c.ID
+	}
+	var sum float64
+	samples, onlineSamples, offlineSamples, onlineListed := 0, 0, 0, 0
+	for _, ps := range s.Processes {
+		_, isOnline := g.Owner(int(ps.PID), online)
+		if isOnline {
+			onlineListed++
+		}
+		if ps.SMUtilPercent == nil {
+			continue
+		}
+		samples++
+		switch {
+		case isOnline:
+			onlineSamples++
+			sum += float64(*ps.SMUtilPercent) / 100
+		case len(offline) > 0:
+			if _, isOffline := g.Owner(int(ps.PID), offline); isOffline {
+				offlineSamples++
+			}
+		}
+	}
+	switch {
+	case onlineSamples > 0:
+		return math.Min(sum, 1), true, fmt.Sprintf("per-process utilisation of %d online process(es)", onlineSamples)
+	case onlineListed > 0 && offlineSamples > 0:
+		// The online processes hold the GPU but ran no kernel in the window, and the
+		// per-process samples demonstrably map to containers (the offline ones'): an
+		// idle online service, measured.
+		return 0, true, "online processes idle in NVML's window"
+	case samples == 0:
+		return whole(), false, fmt.Sprintf("attribution failed: NVML gives no per-process utilisation; using %s", wholeText())
+	}
+	names := make([]string, 0, len(v.online))
+	for _, c := range v.online {
+		names = append(names, c.ID)
+	}
+	return whole(), false, fmt.Sprintf("attribution failed: %d per-process sample(s), none from online container(s) %s; using %s",
+		samples, strings.Join(names, ","), wholeText())
+}
+
+// noteChange records why a GPU's offline ceiling changed (g.mu held): the allocator's
+// reason and figures, the demand source, and a "/fallback" mark on the key while the
+// online utilisation is a conservative stand-in. A new reason, or a change of the
+// ceiling by half a percent or more, is a change; each is also kept in the GPU's recent
+// changes for the API and the experiment plot.
+func (g *Guard) noteChange(st *gpuState, v gpuView, d alloc.Decision, now time.Time) {
+	key := string(d.Reason)
+	why := d.Detail
+	switch d.Reason {
+	case alloc.ReasonHealth:
+		why = fmt.Sprintf("GPU %s (%s): %s", v.status.State, v.status.Reason.Text, d.Detail)
+	case alloc.ReasonStatic, alloc.ReasonIdle:
+	default:
+		why = fmt.Sprintf("%s; online demand %.0f%% + headroom %.0f%%; utilisation from %s", d.Detail, 100*d.Demand, 100*g.loop.allocCfg.Headroom, st.source)
+	}
+	if st.failing && d.Reason != alloc.ReasonFallback {
+		key += "/fallback"
+	}
+	if st.changed.IsZero() || key != st.reasonKey || math.Abs(d.Share-st.share) >= 0.005 {
+		st.reason, st.reasonKey, st.changed = fmt.Sprintf("%.0f%% → %.0f%%: %s", 100*st.share, 100*d.Share, why), key, now
+		st.history = append(st.history, api.CeilingChange{At: now, From: pct(st.share), To: pct(d.Share), Demand: pct(d.Demand), Reason: key, Detail: why})
+		if len(st.history) > historyLen {
+			st.history = st.history[len(st.history)-historyLen:]
+		}
+	}
+	st.share, st.offline = d.Share, len(v.offline)
+}
+
+// historyLen is how many ceiling changes the guard keeps per GPU.
+const historyLen = 64

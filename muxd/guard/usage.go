@@ -1,0 +1,164 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/monitor"
+	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/evict"
+	"github.com/muxflow/muxflow/policy"
+)
+
+// The containers' usage: the second step of a period. Each running container's usage
+// block is read once: the launch rates since the last step (the burst detector and the
+// profiler) and the sticky-error counts come from it. A usage block is the container's
+// own word: it is read through a validated copy (ctlblock.ParseUsage), values no libxcuda
+// can write make the container suspect, and a container whose block is corrupt is
+// quarantined — its fault only.
+
+// suspectSteps is how many consecutive reads must show impossible values before a
+// container is quarantined (a single read could be torn by a concurrent write); a broken
+// header or a truncated file is acted on at once.
+const suspectSteps = 2
+
+// usageReads is what one period read from the running containers' usage blocks.
+type usageReads struct {
+	usage map[string]ctlblock.Usage // container id -> validated usage
+	rates map[string]float64        // container id -> launches per second since the last step
+	// corrupt are the containers found corrupt in this period, and why.
+	corrupt map[string]string
+}
+
+// trust is what the guard remembers of each container's reports between periods.
+type trust struct {
+	launches map[string]uint64 // container id -> launches at the previous step
+	// suspect counts consecutive steps in which a container's values were impossible.
+	suspect map[string]int
+}
+
+// readUsage reads every running container's usage for this period (dt seconds after the
+// previous one), forgets the containers that are gone, and quarantines those whose block
+// is corrupt.
+func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *policy.Policy) *usageReads {
+	r, t := &g.loop.reads, &g.loop.trust
+	if r.usage == nil {
+		r.usage, r.rates, r.corrupt = map[string]ctlblock.Usage{}, map[string]float64{}, map[string]string{}
+	}
+	clear(r.usage)
+	clear(r.rates)
+	clear(r.corrupt)
+	for _, c := range sv.running {
+		if _, q := g.quarantined[c.ID]; q {
+			continue
+		}
+		b := g.Blocks.Block(c.ID)
+		if b == nil {
+			continue
+		}
+		u, err := b.Snapshot()
+		var ce *ctlblock.CorruptError
+		switch {
+		case errors.As(err, &ce):
+			t.suspect[c.ID]++
+			if ce.Header || t.suspect[c.ID] >= suspectSteps {
+				r.corrupt[c.ID] = ce.Error()
+			}
+			continue
+		case err != nil:
+			continue // closed while being removed
+		}
+		n := u.Launches
+		if prev, ok := t.launches[c.ID]; ok && dt > 0 {
+			if n < prev {
+				t.suspect[c.ID]++
+				if t.suspect[c.ID] >= suspectSteps {
+					r.corrupt[c.ID] = fmt.Sprintf("its launch counter went back from %d to %d", prev, n)
+				}
+				continue
+			}
+			rate := float64(n-prev) / dt
+			if rate > MaxLaunchRate {
+				t.suspect[c.ID]++
+				if t.suspect[c.ID] >= suspectSteps {
+					r.corrupt[c.ID] = fmt.Sprintf("its launch counter rose %d in %.3fs (%.3g/s; at most %.3g/s is possible)", n-prev, dt, rate, MaxLaunchRate)
+				}
+				continue
+			}
+			r.rates[c.ID] = rate
+		}
+		delete(t.suspect, c.ID)
+		r.usage[c.ID] = u
+		t.launches[c.ID] = n
+	}
+	g.forget(sv.live)
+	for _, c := range sv.running {
+		if why, ok := r.corrupt[c.ID]; ok {
+			g.quarantine(ctx, c, sv.gpus, why, p)
+		}
+	}
+	return r
+}
+
+// forget drops what the guard remembers of containers that are no longer registered, so
+// that its per-container state does not grow forever.
+func (g *Guard) forget(live map[string]bool) {
+	t, s := &g.loop.trust, &g.loop.sticky
+	forget(t.launches, live)
+	forget(t.suspect, live)
+	forget(s.last, live)
+	forget(s.reports, live)
+	forget(s.lastAt, live)
+	g.mu.Lock()
+	forget(g.quarantined, live)
+	forget(g.ceilings, live)
+	g.mu.Unlock()
+}
+
+// quarantine acts on a container whose usage block is corrupt: its reports are ignored
+// from now on, an offline container is evicted (alone: the GPU keeps admitting other
+// offline work), an online one is left running, and an event on each of its GPUs says
+// why. Nobody else is affected.
+func (g *Guard) quarantine(ctx context.Context, c api.Container, gpus []monitor.GPUStatus, why string, p *policy.Policy) {
+	if _, done := g.quarantined[c.ID]; done {
+		return
+	}
+	g.mu.Lock()
+	g.quarantined[c.ID] = why
+	g.mu.Unlock()
+	delete(g.loop.trust.launches, c.ID)
+	delete(g.loop.sticky.last, c.ID)
+	delete(g.loop.sticky.reports, c.ID)
+	action := "its reports are ignored from now on (online work is not evicted for this)"
+	if c.Class == api.Offline {
+		action = "it is evicted and its reports are ignored"
+	}
+	text := fmt.Sprintf("%s container's usage block is corrupt (%s): %s", c.Class, why, action)
+	g.Log.Error("corrupt usage block", "id", c.ID, "class", c.Class, "why", why)
+	idx := appendGPUIndexes(nil, c.GPUs, gpus)
+	for _, i := range idx {
+		g.event(gpus[i].UUID, c.ID, text)
+	}
+	if c.Class == api.Offline && g.Evictor != nil {
+		gpu := ""
+		if len(idx) > 0 {
+			gpu = gpus[idx[0]].UUID
+		}
+		t := evict.Target{ID: c.ID, Namespace: c.Namespace, PID: c.PID, Pod: c.Pod}
+		grace := p.Evict.Grace.D()
+		go func() {
+			if err := g.Evictor.EvictAlone(ctx, gpu, "corrupt usage block: "+why, grace, t); err != nil {
+				g.Log.Error("eviction incomplete", "id", c.ID, "err", err)
+			}
+		}()
+	}
+}
+
+// Quarantined reports why a container's usage block was found corrupt ("" if it was not).
+func (g *Guard) Quarantined(id string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.quarantined[id]
+}
