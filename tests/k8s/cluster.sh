@@ -39,6 +39,10 @@ k() { kubectl --kubeconfig "$W/kubeconfig" "$@"; }
 
 cleanup() {
 	local rc=$?
+	# Never stop half way: a cluster left running would keep managing /mfk8s's cgroups
+	# and kill the next run's pods.
+	set +e
+	trap - EXIT
 	if [ $rc -ne 0 ] || [ -n "${MUXFLOW_K8S_VERBOSE:-}" ]; then
 		echo "---- diagnostics (logs in $W/logs) ----" >&2
 		if [ -f "$W/kubeconfig" ] && k get --raw /readyz > /dev/null 2>&1; then
@@ -48,21 +52,25 @@ cleanup() {
 		for f in "$W"/logs/*.log; do echo "== ${f##*/}" >&2; tail -15 "$f" >&2; done
 	fi
 	log "stopping the cluster"
-	# Pods' processes live in kubelet's cgroups; everything else in this mount namespace.
-	for h in /sys/fs/cgroup/pids /sys/fs/cgroup/memory; do
-		[ -d "$h/mfk8s" ] && find "$h/mfk8s" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null
-	done
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	# First everything in this mount namespace (kubelet, containerd, shims, muxd, ...), so
+	# that nothing starts containers again; then what is left in kubelet's cgroups (the
+	# pods' processes, in namespaces of their own).
+	local me=$(readlink /proc/$$/ns/mnt) d p h
+	for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done
 	sleep 1
-	local me=$(readlink /proc/self/ns/mnt)
 	for d in /proc/[0-9]*; do
 		p=${d#/proc/}
 		[ "$p" = $$ ] && continue
-		[ "$(readlink "$d/ns/mnt" 2>/dev/null)" = "$me" ] && kill -9 "$p" 2>/dev/null
+		[ "$(readlink "$d/ns/mnt" 2> /dev/null)" = "$me" ] && kill -9 "$p" 2> /dev/null
 	done
-	sleep 0.5
+	for _ in 1 2 3; do
+		for h in /sys/fs/cgroup/pids /sys/fs/cgroup/memory; do
+			[ -d "$h/mfk8s" ] && find "$h/mfk8s" -name cgroup.procs -exec cat {} + 2> /dev/null | xargs -r kill -9 2> /dev/null
+		done
+		sleep 0.5
+	done
 	for h in /sys/fs/cgroup/*/; do
-		[ -d "$h/mfk8s" ] && find "$h/mfk8s" -depth -type d -exec rmdir {} + 2>/dev/null
+		[ -d "$h/mfk8s" ] && find "$h/mfk8s" -depth -type d -exec rmdir {} + 2> /dev/null
 	done
 	exit $rc
 }
@@ -136,7 +144,7 @@ libxcuda = "$BUILD/lib/libxcuda.so"
 period = "200ms"
 hysteresis = 2
 throttled_max = "3s"
-recovery = "5s"
+recovery = "20s"
 [evict]
 grace = "5s"
 backoff = "5s"
@@ -369,5 +377,32 @@ YAML
 want="GPU GPU-00000000-0000-4000-8000-00000000dead, which the muxflow scheduler chose for this pod (annotation muxflow.io/gpu), is not on this node"
 waitfor 60 "the event naming the missing GPU" sh -c "kubectl --kubeconfig $W/kubeconfig get events --field-selector involvedObject.name=ghost -o jsonpath='{.items[*].message}' | grep -qF '$want'"
 log "pod ghost: event says: $want"
+
+# ---- 14. an offline pod planned onto an unhealthy GPU is refused with a clear event ----
+# Last, because a double-bit ECC error (Xid 48) fails every context on the GPU, online too;
+# muxd's monitor holds the GPU faulted, then recovering (policy recovery 20s), admitting no
+# offline work meanwhile.
+gpusimctl -socket /run/gpusim/gpusimd.sock fault "$idx" 48 > /dev/null
+waitfor 30 "GPU $idx faulted after Xid 48" sh -c "muxctl status -o json | jq -e --argjson i $idx '.gpus[] | select(.index==\$i) | .admits_offline == false'"
+cat <<YAML | k apply -f - > /dev/null
+apiVersion: v1
+kind: Pod
+metadata:
+  name: sick
+  annotations:
+    muxflow.io/class: offline
+    muxflow.io/gpu: $tgpu
+spec:
+  nodeName: localhost
+  runtimeClassName: muxflow
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  enableServiceLinks: false
+  containers:
+    - {name: train, image: "muxflow.local/gpusim-workloads:1", imagePullPolicy: Never, command: ["train", "--duration", "5"]}
+YAML
+want="takes no offline work while"
+waitfor 60 "the event saying GPU $idx takes no offline work" sh -c "kubectl --kubeconfig $W/kubeconfig get events --field-selector involvedObject.name=sick -o jsonpath='{.items[*].message}' | grep -qF '$want'"
+log "pod sick: event says: $(k get events --field-selector involvedObject.name=sick -o jsonpath='{.items[*].message}' | grep -oE 'offline container [^:]+ not admitted: GPU [^:]+: [^"]*' | head -1 | cut -c1-200)"
 
 log "PASS"
