@@ -162,15 +162,29 @@ func (g *Guard) apply(id string, c api.Ceiling, paused bool) {
 	if b == nil {
 		return
 	}
+	want := gate{block: b, shareBP: uint32(math.Floor(c.Percent/100*ctlblock.ShareFull + 1e-6)), paused: paused, mps: c.MPSThreadPercent}
+	if g.loop.applied[id] == want {
+		return // this block holds it since the guard wrote it (only the guard changes these)
+	}
 	l := b.Limits()
-	bp := uint32(math.Floor(c.Percent/100*ctlblock.ShareFull + 1e-6))
-	if l.ShareBP == bp && l.Paused == paused && l.MPSActiveThreadPercent == c.MPSThreadPercent {
-		return
+	if l.ShareBP != want.shareBP || l.Paused != paused || l.MPSActiveThreadPercent != want.mps {
+		l.ShareBP, l.Paused, l.MPSActiveThreadPercent = want.shareBP, paused, want.mps
+		if err := b.SetLimits(l); err != nil {
+			g.Log.Error("cannot set offline share", "id", id, "err", err)
+			delete(g.loop.applied, id)
+			return
+		}
 	}
-	l.ShareBP, l.Paused, l.MPSActiveThreadPercent = bp, paused, c.MPSThreadPercent
-	if err := b.SetLimits(l); err != nil {
-		g.Log.Error("cannot set offline share", "id", id, "err", err)
-	}
+	g.loop.applied[id] = want
+}
+
+// gate is what apply last wrote into (or found in) one container's block: a new block
+// for the same container is read again.
+type gate struct {
+	block   *ctlblock.Block
+	shareBP uint32
+	paused  bool
+	mps     uint32
 }
 
 // mpsPercent turns a part of the GPU (0..1) into an MPS active-thread percentage with the

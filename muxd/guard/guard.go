@@ -97,6 +97,7 @@ type loopState struct {
 	lastState map[string]monitor.State
 	trust     trust
 	sticky    stickyState
+	applied   map[string]gate // container id -> the gate apply last saw in its block
 
 	// Buffers of one period, kept so that a period allocates little.
 	view      stepView
@@ -206,6 +207,7 @@ func (g *Guard) begin(p *policy.Policy, now time.Time) (dt float64) {
 	l := &g.loop
 	if l.allocs == nil {
 		l.allocs, l.lastState = map[string]*alloc.GPU{}, map[string]monitor.State{}
+		l.applied = map[string]gate{}
 		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}}
 		l.sticky = stickyState{last: map[string]uint32{}, reports: map[string]stickyReport{}, lastAt: map[string]time.Time{}}
 		g.mu.Lock()

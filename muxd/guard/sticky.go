@@ -62,13 +62,13 @@ func (g *Guard) stickyErrors(ctx context.Context, sv *stepView, r *usageReads, p
 				continue
 			}
 			prev, seen := s.last[c.ID]
-			s.last[c.ID] = u.StickyErrors
-			changed := seen && u.StickyErrors != prev
+			s.last[c.ID] = u.errors
+			changed := seen && u.errors != prev
 			if changed {
 				s.lastAt[c.ID] = now
 				if c.Class == api.Online {
 					if _, pending := s.reports[c.ID]; !pending {
-						s.reports[c.ID] = stickyReport{at: now, code: u.LastSticky}
+						s.reports[c.ID] = stickyReport{at: now, code: u.last}
 					}
 				}
 			}
@@ -76,19 +76,19 @@ func (g *Guard) stickyErrors(ctx context.Context, sv *stepView, r *usageReads, p
 				continue
 			}
 			g.Log.Error("a container reports its GPU context died", "id", c.ID, "class", c.Class, "gpu", v.status.UUID,
-				"cuda_error", u.LastSticky, "errors", u.StickyErrors-prev, "at", u.LastStickyAt)
+				"cuda_error", u.last, "errors", u.errors-prev, "at", u.lastAt)
 			if g.OnSticky != nil {
 				g.OnSticky(v.status.UUID, c)
 			}
 			if c.Class != api.Online {
-				reason := fmt.Sprintf("offline container %s reports CUDA error %d (its own context died)", c.ID, u.LastSticky)
+				reason := fmt.Sprintf("offline container %s reports CUDA error %d (its own context died)", c.ID, u.last)
 				g.event(v.status.UUID, c.ID, reason+": it is evicted, alone")
 				t := evict.Target{ID: c.ID, Namespace: c.Namespace, PID: c.PID, Pod: c.Pod}
 				grace := p.Evict.Grace.D()
 				uuid := v.status.UUID
 				go func() {
 					if err := g.Evictor.EvictAlone(ctx, uuid, reason, grace, t); err != nil {
-						g.Log.Error("eviction incomplete", "id", c.ID, "err", err)
+						g.Log.Error("eviction incomplete", "id", t.ID, "err", err)
 					}
 				}()
 			}

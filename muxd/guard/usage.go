@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
@@ -26,10 +27,16 @@ const suspectSteps = 2
 
 // usageReads is what one period read from the running containers' usage blocks.
 type usageReads struct {
-	usage map[string]ctlblock.Usage // container id -> validated usage
-	rates map[string]float64        // container id -> launches per second since the last step
+	usage map[string]stickyCount // container id -> its validated sticky-error count
+	rates map[string]float64     // container id -> launches per second since the last step
 	// corrupt are the containers found corrupt in this period, and why.
 	corrupt map[string]string
+}
+
+// stickyCount is what the sticky-error handling needs of one container's usage.
+type stickyCount struct {
+	errors, last uint32 // ctlblock.Usage's StickyErrors and LastSticky
+	lastAt       time.Time
 }
 
 // trust is what the guard remembers of each container's reports between periods.
@@ -45,7 +52,7 @@ type trust struct {
 func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *policy.Policy) *usageReads {
 	r, t := &g.loop.reads, &g.loop.trust
 	if r.usage == nil {
-		r.usage, r.rates, r.corrupt = map[string]ctlblock.Usage{}, map[string]float64{}, map[string]string{}
+		r.usage, r.rates, r.corrupt = map[string]stickyCount{}, map[string]float64{}, map[string]string{}
 	}
 	clear(r.usage)
 	clear(r.rates)
@@ -59,16 +66,14 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 			continue
 		}
 		u, err := b.Snapshot()
-		var ce *ctlblock.CorruptError
-		switch {
-		case errors.As(err, &ce):
-			t.suspect[c.ID]++
-			if ce.Header || t.suspect[c.ID] >= suspectSteps {
-				r.corrupt[c.ID] = ce.Error()
+		if err != nil {
+			if ce := (*ctlblock.CorruptError)(nil); errors.As(err, &ce) {
+				t.suspect[c.ID]++
+				if ce.Header || t.suspect[c.ID] >= suspectSteps {
+					r.corrupt[c.ID] = ce.Error()
+				}
 			}
-			continue
-		case err != nil:
-			continue // closed while being removed
+			continue // else closed while being removed
 		}
 		n := u.Launches
 		if prev, ok := t.launches[c.ID]; ok && dt > 0 {
@@ -90,7 +95,7 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 			r.rates[c.ID] = rate
 		}
 		delete(t.suspect, c.ID)
-		r.usage[c.ID] = u
+		r.usage[c.ID] = stickyCount{errors: u.StickyErrors, last: u.LastSticky, lastAt: u.LastStickyAt}
 		t.launches[c.ID] = n
 	}
 	g.forget(sv.live)
@@ -111,6 +116,7 @@ func (g *Guard) forget(live map[string]bool) {
 	forget(s.last, live)
 	forget(s.reports, live)
 	forget(s.lastAt, live)
+	forget(g.loop.applied, live)
 	g.mu.Lock()
 	forget(g.quarantined, live)
 	forget(g.ceilings, live)
