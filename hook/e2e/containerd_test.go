@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muxflow/muxflow/hook/runtimeconfig"
-	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/muxd/muxctl/runtimeconfig"
+	"github.com/muxflow/muxflow/muxd/wiring"
 	"github.com/muxflow/muxflow/tests/testenv"
 )
 

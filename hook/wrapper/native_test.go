@@ -13,9 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/muxflow/muxflow/hook/ocihook"
-	"github.com/muxflow/muxflow/hook/prepare"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/hookstate"
+	"github.com/muxflow/muxflow/muxd/specedit"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -41,8 +41,8 @@ func TestNativeConstants(t *testing.T) {
 		"POLICY_MAX_TIMEOUT_NS":  strconv.FormatInt(maxHookTimeout(t).Nanoseconds(), 10),
 		"POLICY_MAX_SIZE":        strconv.Itoa(policy.MaxFileSize),
 		"CONFIG_NAME":            "config.json",
-		"CONFIG_MAX_SIZE":        strconv.Itoa(prepare.MaxSpecSize),
-		"MUXD_MAX_STATE":         strconv.Itoa(ocihook.MaxStateSize),
+		"CONFIG_MAX_SIZE":        strconv.Itoa(specedit.MaxSpecSize),
+		"MUXD_MAX_STATE":         strconv.Itoa(hookstate.MaxStateSize),
 		"HOOK_NAME":              HookName,
 		"WRAPPER_NAME":           "muxflow-wrapper",
 		"MUXD_PATH_CREATE":       api.RuntimeCreatePath,
@@ -54,8 +54,8 @@ func TestNativeConstants(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hookDir, "cmd", want["WRAPPER_NAME"])); err != nil {
 		t.Errorf("WRAPPER_NAME names no program under hook/cmd: %v", err)
 	}
-	if maxSpecSize != prepare.MaxSpecSize {
-		t.Errorf("the wrapper reads config.json up to %d bytes, muxd up to %d", maxSpecSize, prepare.MaxSpecSize)
+	if maxSpecSize != specedit.MaxSpecSize {
+		t.Errorf("the wrapper reads config.json up to %d bytes, muxd up to %d", maxSpecSize, specedit.MaxSpecSize)
 	}
 	var src strings.Builder
 	src.WriteString("#include <stdio.h>\n#include \"policyscan.h\"\n#include \"execpath.h\"\n#include \"muxdcall.h\"\n#include \"bundle.h\"\n" +

@@ -25,11 +25,11 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/hook/gpucontainer"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
 	"github.com/muxflow/muxflow/policy"
+	"github.com/muxflow/muxflow/policy/classify"
 )
 
 // PolicyEnv overrides where the policy is read from. containerd starts runtimes with

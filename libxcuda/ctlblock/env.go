@@ -1,7 +1,7 @@
 package ctlblock
 
 // The container side of the mount contract, mirrored from libxcuda/include/xcuda_env.h
-// (the source; TestEnvMatchesHeader compiles it and compares). hook/wiring writes specs
+// (the source; TestEnvMatchesHeader compiles it and compares). muxd/wiring writes specs
 // with these names; libxcuda reads them.
 const (
 	// ContainerRoot holds what muxflow mounts under the container runtime's /run.

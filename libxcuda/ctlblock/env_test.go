@@ -15,7 +15,7 @@ import (
 
 // TestEnvMatchesHeader compiles xcuda_env.h and xcuda_ctl.h with gcc and fails when a
 // container path or variable name that libxcuda reads differs from its Go mirror, which
-// hook/wiring uses to write specs.
+// muxd/wiring uses to write specs.
 func TestEnvMatchesHeader(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {

@@ -1,10 +1,10 @@
 /* xcuda_env.h: the container side of muxflow's mount contract as libxcuda
- * reads it: where muxd's wiring (hook/wiring/plan.go) puts things inside a
+ * reads it: where muxd's wiring (muxd/wiring/plan.go) puts things inside a
  * GPU container, and the environment it sets there. The control block's
  * own names (XCUDA_CONTROL_BLOCK, XCUDA_FAIL_POLICY, XCUDA_SIGNAL and their
  * default paths) are in xcuda_ctl.h.
  *
- * This header is the source: libxcuda/ctlblock/env.go mirrors it, hook/wiring
+ * This header is the source: libxcuda/ctlblock/env.go mirrors it, muxd/wiring
  * uses the Go mirror, and ctlblock's TestEnvMatchesHeader compiles this file
  * and fails on any difference. See docs/architecture.md (mount contract). */
 #ifndef XCUDA_ENV_H

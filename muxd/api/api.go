@@ -93,7 +93,7 @@ type RegisterRequest struct {
 	// (indexes, UUIDs or "all"). Required, non-empty.
 	GPUs []string `json:"gpus"`
 	// Limits the container asks for (0: the class default), checked against the class
-	// bounds by hook/classify.
+	// bounds by policy/classify.
 	Limits Limits `json:"limits"`
 	// Namespace is the containerd namespace (k8s.io, moby, default...). Optional.
 	Namespace string `json:"namespace,omitempty"`
@@ -339,7 +339,7 @@ func ValidateID(id string) error {
 }
 
 // Validate checks the form of a registration's id, GPUs and names. Its class and limits
-// are not checked here: hook/classify checks them against the policy, for the runtime's
+// are not checked here: policy/classify checks them against the policy, for the runtime's
 // create request and for POST /v1/containers alike (classify.Register, classify.Request).
 func (r *RegisterRequest) Validate() error {
 	if err := ValidateID(r.ID); err != nil {

@@ -26,14 +26,14 @@ import (
 
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/blocks"
 	"github.com/muxflow/muxflow/muxd/buildinfo"
-	"github.com/muxflow/muxflow/muxd/control"
 	"github.com/muxflow/muxflow/muxd/guard"
 	"github.com/muxflow/muxflow/muxd/inventory"
 	"github.com/muxflow/muxflow/muxd/mps"
 	"github.com/muxflow/muxflow/muxd/procwatch"
-	"github.com/muxflow/muxflow/muxd/profiler"
 	"github.com/muxflow/muxflow/muxd/registry"
+	"github.com/muxflow/muxflow/muxd/workloadprofile"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -100,14 +100,14 @@ type Daemon struct {
 	ids      idLocks            // serialises registry and control-block changes per id
 	exits    *procwatch.Watcher // unregisters containers whose process exits
 	stopping atomic.Bool
-	controls *control.Manager
+	controls *blocks.Manager
 	inv      inventory.Inventory
 	metrics  *metrics
 	started  time.Time
-	mps      *mps.Supervisor    // nil when the policy disables MPS
-	mon      *monitor.Monitor   // nil without NVML
-	guard    *guard.Guard       // nil without NVML
-	prof     *profiler.Profiler // nil without NVML
+	mps      *mps.Supervisor           // nil when the policy disables MPS
+	mon      *monitor.Monitor          // nil without NVML
+	guard    *guard.Guard              // nil without NVML
+	prof     *workloadprofile.Profiler // nil without NVML
 }
 
 type loadedPolicy struct {
@@ -137,7 +137,7 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open registry: %w", err)
 	}
-	d.controls, err = control.NewManager(p.Node.RunDir)
+	d.controls, err = blocks.NewManager(p.Node.RunDir)
 	if err != nil {
 		return nil, err
 	}

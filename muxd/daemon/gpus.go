@@ -13,7 +13,7 @@ import (
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/evict"
 	"github.com/muxflow/muxflow/muxd/guard"
-	"github.com/muxflow/muxflow/muxd/profiler"
+	"github.com/muxflow/muxflow/muxd/workloadprofile"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -109,7 +109,7 @@ func (d *Daemon) setupGPUs() error {
 		}
 		d.metrics.evictions.WithLabelValues(gpu, result).Inc()
 	}
-	d.prof = profiler.New()
+	d.prof = workloadprofile.New()
 	g := &guard.Guard{
 		Monitor: mon, Containers: d.reg, Blocks: d.controls, Evictor: ev,
 		Policy: d.policy, Log: d.log.With("part", "guard"), Owner: guard.ProcOwner, Profiler: d.prof,

@@ -13,8 +13,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/wiring"
 )
 
 // Issue 18, item 1: a bad class or limit gets the same sentence whichever way it reaches
@@ -77,7 +77,7 @@ func TestBadLimitGetsOneSentenceAtEachEntry(t *testing.T) {
 }
 
 // Issue 18, item 1: the MPS active-thread percentage a wired container's environment
-// carries is the one in its control block (one computation, control.MPSThreadCeiling):
+// carries is the one in its control block (one computation, blocks.MPSThreadCeiling):
 // for a container alone on its GPU, for each class and sm-percent. 0 and 100 in the block
 // both mean no backstop, and then the variable is not set.
 func TestWiredThreadPercentIsTheControlBlocks(t *testing.T) {

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/mps"
 	"github.com/muxflow/muxflow/muxd/registry"
 	"github.com/muxflow/muxflow/policy"
+	"github.com/muxflow/muxflow/policy/classify"
 )
 
 // fakeMPSControl answers get_server_list, get_client_list and quit the way

@@ -15,12 +15,12 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/muxflow/muxflow/hook/ocihook"
-	"github.com/muxflow/muxflow/hook/prepare"
-	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
-	"github.com/muxflow/muxflow/muxd/control"
+	"github.com/muxflow/muxflow/muxd/blocks"
+	"github.com/muxflow/muxflow/muxd/hookstate"
 	"github.com/muxflow/muxflow/muxd/registry"
+	"github.com/muxflow/muxflow/muxd/specedit"
+	"github.com/muxflow/muxflow/muxd/wiring"
 )
 
 func (d *Daemon) runtimeRoutes(mux *http.ServeMux) {
@@ -46,19 +46,19 @@ func (d *Daemon) runtimeRoutes(mux *http.ServeMux) {
 // that reports the pid) and the body is the bundle's config.json. 204: not a GPU
 // container, run it unchanged; 200: the wired config.json, the container is registered.
 // The three steps: package prepare inspects the spec and makes the registration
-// (hook/classify), muxd registers it as POST /v1/containers does, and prepare wires the
+// (policy/classify), muxd registers it as POST /v1/containers does, and prepare wires the
 // spec for the registered container; when the wiring fails, the registration is undone.
 func (d *Daemon) runtimeCreate(r *http.Request) (int, []byte, error) {
-	raw, code, err := readBody(r, prepare.MaxSpecSize, "config.json")
+	raw, code, err := readBody(r, specedit.MaxSpecSize, "config.json")
 	if err != nil {
 		return code, nil, err
 	}
 	q := r.URL.Query()
-	req := prepare.Request{ID: q.Get("id"), Bundle: q.Get("bundle"), HookBinary: q.Get("hook"), Spec: raw}
+	req := specedit.Request{ID: q.Get("id"), Bundle: q.Get("bundle"), HookBinary: q.Get("hook"), Spec: raw}
 	p := d.policy()
-	pr, err := prepare.Inspect(req, p)
+	pr, err := specedit.Inspect(req, p)
 	switch {
-	case errors.Is(err, prepare.ErrInvalid):
+	case errors.Is(err, specedit.ErrInvalid):
 		return http.StatusBadRequest, nil, err
 	case err != nil:
 		return http.StatusInternalServerError, nil, err
@@ -69,7 +69,7 @@ func (d *Daemon) runtimeCreate(r *http.Request) (int, []byte, error) {
 	if err != nil {
 		return code, nil, fmt.Errorf("muxflow: muxd refused GPU container %s: %w", req.ID, err)
 	}
-	out, err := pr.Wire(p, c, control.MPSThreadCeiling(c, p))
+	out, err := pr.Wire(p, c, blocks.MPSThreadCeiling(c, p))
 	if err != nil {
 		if uerr := d.unregisterContainer(c.ID, "its wiring failed"); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("undo the registration: %w", uerr))
@@ -87,11 +87,11 @@ func (d *Daemon) runtimeHook(r *http.Request) (int, []byte, error) {
 	if hook != wiring.HookStart && hook != wiring.HookStop {
 		return http.StatusNotFound, nil, fmt.Errorf("muxd: no OCI hook %q; want %s or %s", hook, wiring.HookStart, wiring.HookStop)
 	}
-	raw, code, err := readBody(r, ocihook.MaxStateSize, "container state")
+	raw, code, err := readBody(r, hookstate.MaxStateSize, "container state")
 	if err != nil {
 		return code, nil, err
 	}
-	st, err := ocihook.ParseState(bytes.NewReader(raw))
+	st, err := hookstate.ParseState(bytes.NewReader(raw))
 	if err != nil {
 		return http.StatusBadRequest, nil, err
 	}

@@ -18,10 +18,10 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/muxflow/muxflow/hook/prepare"
-	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/muxd/specedit"
+	"github.com/muxflow/muxflow/muxd/wiring"
 )
 
 // runtimeNode is a muxd whose policy points at an installed-looking libxcuda, MPS pipe
@@ -107,7 +107,7 @@ func TestRuntimeCreateAndHooks(t *testing.T) {
 	if err != nil || c.Class != api.Offline || c.State != api.StateCreated {
 		t.Fatalf("registration: %+v %v", c, err)
 	}
-	if pre, err := os.ReadFile(filepath.Join(c.Control.Dir, prepare.PreloadFile)); err != nil || !strings.HasPrefix(string(pre), wiring.ContainerLib) {
+	if pre, err := os.ReadFile(filepath.Join(c.Control.Dir, specedit.PreloadFile)); err != nil || !strings.HasPrefix(string(pre), wiring.ContainerLib) {
 		t.Errorf("preload file: %q %v", pre, err)
 	}
 
@@ -151,7 +151,7 @@ func TestRuntimeEndpointsRejectBadInput(t *testing.T) {
 		{"relative bundle", createPath("c1", "bundle", hook), gpu, 400, "bundle path"},
 		{"hook not installed", createPath("c1", bundle, "/nonexistent/muxflow-hook"), gpu, 500, "muxflow-hook is not installed"},
 		{"not JSON", createPath("c1", bundle, hook), []byte(`{"process":`), 400, "decode config.json"},
-		{"huge spec", createPath("c1", bundle, hook), bytes.Repeat([]byte(" "), prepare.MaxSpecSize+1), 413, "larger than"},
+		{"huge spec", createPath("c1", bundle, hook), bytes.Repeat([]byte(" "), specedit.MaxSpecSize+1), 413, "larger than"},
 		{"bad state", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"a/b","pid":1}`), 400, "container id"},
 		{"no pid", api.Prefix + "/runtime/hooks/create-runtime", []byte(`{"id":"c1"}`), 400, "gave no pid"},
 		{"unknown container", api.Prefix + "/runtime/hooks/create-runtime", fmt.Appendf(nil, `{"id":"c9","pid":%d}`, pid), 404, "c9"},

@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/registry"
+	"github.com/muxflow/muxflow/policy/classify"
 )
 
 // maxBody bounds request bodies; a registration is a few hundred bytes.
@@ -92,7 +92,7 @@ func (d *Daemon) register(r *http.Request) (int, any, error) {
 	if err := decodeStrict(r, &req); err != nil {
 		return statusOf(err, 0), nil, err
 	}
-	// Untrusted: the same check as a container's annotations (hook/classify).
+	// Untrusted: the same check as a container's annotations (policy/classify).
 	reg, err := classify.Request(req, d.policy())
 	if err != nil {
 		return statusOf(err, 0), nil, err
@@ -103,7 +103,7 @@ func (d *Daemon) register(r *http.Request) (int, any, error) {
 
 // registerContainer admits and registers a container and creates its control block; it is
 // shared by POST /v1/containers and the runtime's create request, which both made reg with
-// hook/classify. The code is the HTTP status that reports the outcome.
+// policy/classify. The code is the HTTP status that reports the outcome.
 func (d *Daemon) registerContainer(reg classify.Registration) (api.Container, int, error) {
 	req := reg.Request()
 	// The entry and the control block change together: an unregistration of the same id

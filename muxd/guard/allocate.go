@@ -9,7 +9,7 @@ import (
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
-	"github.com/muxflow/muxflow/muxd/control"
+	"github.com/muxflow/muxflow/muxd/blocks"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -95,7 +95,7 @@ type ceilingParts struct {
 // writes each container's part into its block. The budget is split twice: the launch-gate
 // shares from the allocator's ceiling, the MPS active-thread percentages from the class's
 // sm_max; a container on several GPUs gets the smallest of its parts, and never more
-// than its own ceiling (control.OwnCeiling). A GPU whose health stops offline work pauses
+// than its own ceiling (blocks.OwnCeiling). A GPU whose health stops offline work pauses
 // its offline containers.
 func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *policy.Policy) {
 	cp := &g.loop.parts
@@ -108,7 +108,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 	for i, v := range sv.views {
 		claims := cp.claims[:0]
 		for _, c := range v.offline {
-			claims = append(claims, control.OfflineClaim(c, p))
+			claims = append(claims, blocks.OfflineClaim(c, p))
 		}
 		cp.claims = claims
 		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
@@ -188,9 +188,9 @@ type gate struct {
 }
 
 // mpsPercent turns a part of the GPU (0..1) into an MPS active-thread percentage with the
-// one rounding rule of MPS percentages (control.MPSThreadPercent, which InitialLimits and
+// one rounding rule of MPS percentages (blocks.MPSThreadPercent, which InitialLimits and
 // the wiring use too).
-func mpsPercent(part float64) uint32 { return control.MPSThreadPercent(part * 100) }
+func mpsPercent(part float64) uint32 { return blocks.MPSThreadPercent(part * 100) }
 
 // estimateOnline is the online utilisation the allocator is given for one GPU: what
 // onlineUtil measured when the online processes were found, else a conservative

@@ -23,7 +23,7 @@ import (
 	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/evict"
-	"github.com/muxflow/muxflow/muxd/profiler"
+	"github.com/muxflow/muxflow/muxd/workloadprofile"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -63,7 +63,7 @@ type Guard struct {
 	// follows /proc parent links to the container's init pid.
 	Owner func(pid int, inits map[int]string) (string, bool)
 	// Profiler, when set, receives each period's per-container measurements.
-	Profiler *profiler.Profiler
+	Profiler *workloadprofile.Profiler
 	// OnSticky, when set, is told of each container that reported a sticky error.
 	OnSticky func(gpu string, c api.Container)
 
@@ -231,7 +231,7 @@ func (g *Guard) profile(now time.Time, sv *stepView, r *usageReads) {
 	if g.Profiler == nil {
 		return
 	}
-	obs := make([]profiler.GPUObservation, 0, len(sv.views))
+	obs := make([]workloadprofile.GPUObservation, 0, len(sv.views))
 	for _, v := range sv.views {
 		obs = append(obs, g.observe(v, r.rates))
 	}
@@ -239,13 +239,13 @@ func (g *Guard) profile(now time.Time, sv *stepView, r *usageReads) {
 }
 
 // observe sums each container's processes' NVML figures on one GPU.
-func (g *Guard) observe(v gpuView, rates map[string]float64) profiler.GPUObservation {
-	o := profiler.GPUObservation{UUID: v.status.UUID, Type: GPUType(v.status.Name)}
+func (g *Guard) observe(v gpuView, rates map[string]float64) workloadprofile.GPUObservation {
+	o := workloadprofile.GPUObservation{UUID: v.status.UUID, Type: GPUType(v.status.Name)}
 	inits := map[int]string{}
-	byID := map[string]*profiler.Observation{}
+	byID := map[string]*workloadprofile.Observation{}
 	for _, c := range v.all {
 		inits[c.PID] = c.ID
-		o.Containers = append(o.Containers, profiler.Observation{ID: c.ID, Online: c.Class == api.Online, Speed: rates[c.ID]})
+		o.Containers = append(o.Containers, workloadprofile.Observation{ID: c.ID, Online: c.Class == api.Online, Speed: rates[c.ID]})
 	}
 	for i := range o.Containers {
 		byID[o.Containers[i].ID] = &o.Containers[i]

@@ -66,9 +66,9 @@ type list []api.Container
 
 func (l list) List() []api.Container { return l }
 
-type blocks map[string]*ctlblock.Block
+type fakeBlocks map[string]*ctlblock.Block
 
-func (b blocks) Block(id string) *ctlblock.Block { return b[id] }
+func (b fakeBlocks) Block(id string) *ctlblock.Block { return b[id] }
 
 type recorder struct {
 	mu      sync.Mutex
@@ -101,13 +101,13 @@ type fixture struct {
 	mon *fakeMonitor
 	rec *recorder
 	mps fakeMPS
-	blk blocks
+	blk fakeBlocks
 }
 
 func setup(t *testing.T, containers ...api.Container) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	blk := blocks{}
+	blk := fakeBlocks{}
 	for _, c := range containers {
 		b, err := ctlblock.Create(filepath.Join(dir, c.ID), ctlblock.Unlimited())
 		if err != nil {

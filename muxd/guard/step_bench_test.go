@@ -13,7 +13,7 @@ import (
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
-	"github.com/muxflow/muxflow/muxd/control"
+	"github.com/muxflow/muxflow/muxd/blocks"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -30,7 +30,7 @@ func benchStep(b *testing.B, gpus, per int) {
 	p := policy.Default()
 	dir := b.TempDir()
 	var cs list
-	blk := blocks{}
+	blk := fakeBlocks{}
 	mon := &fakeMonitor{}
 	for i := range gpus {
 		util := uint32(20)
@@ -44,7 +44,7 @@ func benchStep(b *testing.B, gpus, per int) {
 		}
 		c := running("c-"+strconv.Itoa(i), class, 1000+i, strconv.Itoa(i%gpus))
 		cs = append(cs, c)
-		bl, err := ctlblock.Create(filepath.Join(dir, c.ID), control.InitialLimits(c, p))
+		bl, err := ctlblock.Create(filepath.Join(dir, c.ID), blocks.InitialLimits(c, p))
 		if err != nil {
 			b.Fatal(err)
 		}

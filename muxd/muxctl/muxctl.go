@@ -14,11 +14,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/muxflow/muxflow/hook/runtimeconfig"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/buildinfo"
 	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/muxd/muxctl/runtimeconfig"
 	"github.com/muxflow/muxflow/policy"
 )
 

@@ -22,8 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy/classify"
 )
 
 // Sentinel error kinds; callers map them to HTTP statuses.
@@ -140,7 +140,7 @@ func (r *Registry) persist(e *Entry) error {
 	return nil
 }
 
-// Add registers a container in state created; reg was checked by hook/classify, which is
+// Add registers a container in state created; reg was checked by policy/classify, which is
 // the only place that makes one. Registering the same id again with the same request is
 // idempotent (created=false); with a different one it is a conflict.
 func (r *Registry) Add(reg classify.Registration, control api.ControlPaths) (c api.Container, created bool, err error) {

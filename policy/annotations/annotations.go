@@ -1,5 +1,5 @@
 // Package annotations names the muxflow.io/* pod and container annotations and parses their
-// values, once, for every reader: the node (hook/classify, muxflow-runtime) and the
+// values, once, for every reader: the node (policy/classify, muxflow-runtime) and the
 // scheduler extender (matcher/extender). Each parser takes the annotation's key so that its
 // error is one sentence naming that annotation, meant for the person who wrote the pod.
 package annotations
@@ -114,7 +114,7 @@ func ParseSMPercent(key, v string) (int, error) {
 }
 
 // ParseWholePercent reads a whole percentage, "30" or "30%", leaving its range to the
-// caller (the node checks sm-percent against the container's class, hook/classify).
+// caller (the node checks sm-percent against the container's class, policy/classify).
 func ParseWholePercent(key, v string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), "%"))
 	if err != nil || len(v) > 64 {

@@ -40,7 +40,7 @@ struct muxd_reply {
 #define MUXD_PATH_HOOKS "/v1/runtime/hooks/" /* + create-runtime or poststop */
 #define MUXD_PATH_CONTAINERS "/v1/containers/" /* + the percent-encoded id */
 /* The largest OCI state muxflow-hook forwards; muxd reads at most as much
- * (ocihook.MaxStateSize). */
+ * (hookstate.MaxStateSize). */
 #define MUXD_MAX_STATE (1 << 20)
 
 /* MUXD_MAX_RESPONSE bounds what is read; muxd's largest answer is a

@@ -1,11 +1,11 @@
-// Package profiler turns what muxd observes into the data the cluster matcher learns
+// Package workloadprofile turns what muxd observes into the data the cluster matcher learns
 // from: each container's solo profile (GPU utilisation, memory-bandwidth activity,
 // memory, speed) measured while it had its GPU to itself, and, for every online/offline
 // co-location the node hosted long enough, both solo profiles with the normalised
 // throughputs measured while they shared (speed shared ÷ speed alone). Speed is the
 // container's kernel launch rate as libxcuda reports it, the one throughput signal every
 // GPU workload has.
-package profiler
+package workloadprofile
 
 import (
 	"sort"

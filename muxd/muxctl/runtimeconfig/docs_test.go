@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/policy"
+	"github.com/muxflow/muxflow/policy/classify"
 	"github.com/muxflow/muxflow/tests/testenv"
 )
 

@@ -31,7 +31,7 @@ type Plan struct {
 	// mounted read-write into online containers and read-only into offline ones; "" when
 	// muxd has none (an older muxd), and then nothing is mounted.
 	Signal string
-	// ThreadPercent is the container's MPS active-thread ceiling (muxd/control
+	// ThreadPercent is the container's MPS active-thread ceiling (muxd/blocks
 	// MPSThreadCeiling), set as CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the out-of-process
 	// backstop behind libxcuda's launch throttling. 0 or 100: no backstop, no variable.
 	ThreadPercent uint32

@@ -1,9 +1,9 @@
-// Package control manages each registered container's control block under muxd's run
+// Package blocks manages each registered container's control block under muxd's run
 // directory (<run_dir>/c/<id>/): the limits file muxd writes (mounted read-only into the
 // container) and the usage file libxcuda writes back. The block layout is libxcuda's
 // (package ctlblock); this package decides what goes in it from the container's class,
 // its annotations and the policy, and keeps the blocks open so limits can change at once.
-package control
+package blocks
 
 import (
 	"errors"
@@ -58,7 +58,7 @@ func (m *Manager) Paths(id string) api.ControlPaths {
 }
 
 // InitialLimits derives a new container's limits from its registration (class and limits
-// as hook/classify accepted them) and the policy. Its MPS active-thread percentage is its
+// as policy/classify accepted them) and the policy. Its MPS active-thread percentage is its
 // MPSThreadCeiling. An offline container's SM ceiling (launch-gate share and MPS
 // active-thread percentage) is min(its own sm-percent, its part of the class's sm_max), the
 // budget being split with the other offline containers in peers that share one of its GPUs,

@@ -1,12 +1,12 @@
-// Package prepare is what happens to a container's spec when the container is created,
+// Package specedit is what happens to a container's spec when the container is created,
 // in two steps around muxd's registration: Inspect decides whether it is a GPU container
-// and makes its registration (hook/classify), and, once muxd has registered it, Wire wires
+// and makes its registration (policy/classify), and, once muxd has registered it, Wire wires
 // the spec into MPS and libxcuda. muxd runs both in-process when muxflow-runtime sends a
 // create request (POST /v1/runtime/create, muxd/daemon/runtime.go), so a GPU container
 // costs one round trip to a warm daemon on the creation path rather than a Go process
 // start per step. The caller writes the returned spec into the bundle: muxd itself never
 // writes outside its own directories.
-package prepare
+package specedit
 
 import (
 	"encoding/json"
@@ -17,12 +17,12 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/muxflow/muxflow/hook/classify"
 	"github.com/muxflow/muxflow/hook/gpucontainer"
-	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/wiring"
 	"github.com/muxflow/muxflow/policy"
+	"github.com/muxflow/muxflow/policy/classify"
 )
 
 // MaxSpecSize bounds config.json; real specs are tens of KiB.
@@ -66,7 +66,7 @@ func invalidf(format string, a ...any) error { return invalid{fmt.Errorf(format,
 // registered its Registration.
 type Prepared struct {
 	// Registration is the container's registration: id, GPUs, names, and its class and
-	// limits as hook/classify accepted them.
+	// limits as policy/classify accepted them.
 	Registration classify.Registration
 	req          Request
 	spec         specs.Spec
@@ -126,7 +126,7 @@ func Inspect(req Request, p *policy.Policy) (*Prepared, error) {
 }
 
 // Wire returns the wired config.json of the registered container c. threadPercent is its
-// MPS active-thread ceiling (muxd/control MPSThreadCeiling). A failure leaves the
+// MPS active-thread ceiling (muxd/blocks MPSThreadCeiling). A failure leaves the
 // registration to the caller to undo.
 func (pr *Prepared) Wire(p *policy.Policy, c api.Container, threadPercent uint32) ([]byte, error) {
 	out, err := wire(pr.req, &pr.spec, p, c, threadPercent)

@@ -1,4 +1,4 @@
-package prepare
+package specedit
 
 import (
 	"encoding/json"
@@ -7,8 +7,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/muxd/wiring"
 )
 
 // TestSignalPageMountedWhenMuxdHasOne: with muxd's GPU signal page in place, an online

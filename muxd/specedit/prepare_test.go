@@ -1,4 +1,4 @@
-package prepare
+package specedit
 
 import (
 	"encoding/json"
@@ -14,10 +14,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/muxflow/muxflow/hook/wiring"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
-	"github.com/muxflow/muxflow/muxd/control"
+	"github.com/muxflow/muxflow/muxd/blocks"
+	"github.com/muxflow/muxflow/muxd/wiring"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -126,7 +126,7 @@ func create(req Request, p *policy.Policy, reg *fakeRegistry) (*api.Container, [
 	if err != nil {
 		return nil, nil, fmt.Errorf("muxflow: muxd refused GPU container %s: %w", req.ID, err)
 	}
-	out, err := pr.Wire(p, c, control.MPSThreadCeiling(c, p))
+	out, err := pr.Wire(p, c, blocks.MPSThreadCeiling(c, p))
 	if err != nil {
 		reg.Unregister(c.ID)
 		return nil, nil, err

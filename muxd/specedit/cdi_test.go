@@ -1,4 +1,4 @@
-package prepare
+package specedit
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/muxflow/muxflow/hook/wiring"
+	"github.com/muxflow/muxflow/muxd/wiring"
 )
 
 func TestInjectPlannedGPU(t *testing.T) {

@@ -42,7 +42,7 @@ func TestPlanWiresContainer(t *testing.T) {
 		Policy:     p,
 		HookBinary: "/usr/bin/muxflow-hook",
 		Preload:    "/bundle/muxflow-ld.so.preload",
-		// What muxd's control.MPSThreadCeiling gives an offline container under the
+		// What muxd's blocks.MPSThreadCeiling gives an offline container under the
 		// default policy (sm_max 70%).
 		ThreadPercent: 70,
 	}

@@ -1,7 +1,7 @@
-// Package ocihook reads the container state that an OCI runtime gives its hooks. muxd uses
+// Package hookstate reads the container state that an OCI runtime gives its hooks. muxd uses
 // it for what muxflow-hook forwards from the createRuntime hook (the container's host pid
 // now exists, in the runtime's namespace) and the poststop hook (the container is gone).
-package ocihook
+package hookstate
 
 import (
 	"encoding/json"

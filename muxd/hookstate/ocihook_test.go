@@ -1,4 +1,4 @@
-package ocihook
+package hookstate
 
 import (
 	"strings"
