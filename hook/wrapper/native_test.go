@@ -3,11 +3,9 @@ package wrapper
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/muxflow/muxflow/muxd/hookstate"
 	"github.com/muxflow/muxflow/muxd/specedit"
 	"github.com/muxflow/muxflow/policy"
+	"github.com/muxflow/muxflow/tests/testvec"
 )
 
 // TestNativeConstants compiles hook/native's headers with gcc and fails when a name, path
@@ -24,10 +23,6 @@ import (
 // the Go value: the policy's defaults and bounds, the wrapper's environment and file
 // names, and muxd's endpoints. The Go values are the source.
 func TestNativeConstants(t *testing.T) {
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Fatalf("gcc is needed to check hook/native's headers against the Go side (install gcc): %v", err)
-	}
 	def := policy.Default()
 	if def.Node.Socket != api.DefaultSocket {
 		t.Errorf("the default policy's socket %q is not api.DefaultSocket %q", def.Node.Socket, api.DefaultSocket)
@@ -57,35 +52,11 @@ func TestNativeConstants(t *testing.T) {
 	if maxSpecSize != specedit.MaxSpecSize {
 		t.Errorf("the wrapper reads config.json up to %d bytes, muxd up to %d", maxSpecSize, specedit.MaxSpecSize)
 	}
-	var src strings.Builder
-	src.WriteString("#include <stdio.h>\n#include \"policyscan.h\"\n#include \"execpath.h\"\n#include \"muxdcall.h\"\n#include \"bundle.h\"\n" +
-		"static void s(const char *n, const char *v) { printf(\"%s=%s\\n\", n, v); }\n" +
-		"static void i(const char *n, long long v) { printf(\"%s=%lld\\n\", n, v); }\n" +
-		"int main(void) {\n")
-	for name := range want {
-		// Strings print as they are, numbers as their value.
-		fmt.Fprintf(&src, "_Generic((%s), char *: s, default: i)(%q, %s);\n", name, name, name)
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
 	}
-	src.WriteString("return 0;\n}\n")
-	dir := t.TempDir()
-	cfile := filepath.Join(dir, "native.c")
-	if err := os.WriteFile(cfile, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "native")
-	include := filepath.Join(hookDir, "native", "src")
-	if out, err := exec.Command(gcc, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror", "-I", include, "-o", bin, cfile).CombinedOutput(); err != nil {
-		t.Fatalf("compile probe: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatalf("run probe: %v", err)
-	}
-	got := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		got[k] = v
-	}
+	got := testvec.CMacros(t, "hook/native/src", []string{"policyscan.h", "execpath.h", "muxdcall.h", "bundle.h"}, names, "-D_GNU_SOURCE")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("hook/native/src drifted from the Go side (-go +c):\n%s", diff)
 	}
