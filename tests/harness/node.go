@@ -200,6 +200,9 @@ type proc struct {
 	mu    sync.Mutex
 	done  chan struct{}
 	ended time.Time
+	// stopped: the harness ended it after the measurement window (not an eviction, and
+	// its own result line is not needed: its figures come from gpusim's counters).
+	stopped bool
 }
 
 type lockedWriter struct {

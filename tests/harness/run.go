@@ -26,7 +26,7 @@ const (
 	// TimeSharing: online and offline contexts time-slice the GPU (no MPS).
 	TimeSharing Strategy = "time-sharing"
 	// PriorityTimeSharing: time-slicing where the online context runs first whenever it
-	// has work. gpusim cannot prioritise a context yet, so this row reports n/a.
+	// has work (gpusim's GPUSIM_PRIORITY; n/a with a gpusim too old to know it).
 	PriorityTimeSharing Strategy = "priority-time-sharing"
 	// PlainMPS: both share one MPS server with no limits.
 	PlainMPS Strategy = "mps"
@@ -35,6 +35,10 @@ const (
 	// Muxflow: muxflow with dynamic SM allocation.
 	Muxflow Strategy = "muxflow"
 )
+
+// offlineSlack is how much longer than the online window an offline job is asked to
+// run: more than any start-up of the other jobs and the online service takes.
+const offlineSlack = 60 * time.Second
 
 // Strategies lists every strategy in table order.
 var Strategies = []Strategy{OnlineAlone, TimeSharing, PriorityTimeSharing, PlainMPS, StaticShare, Muxflow}
@@ -417,8 +421,11 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 	}()
 	if st != OnlineAlone {
 		for _, j := range s.Offline {
-			// Offline jobs outlive the online window a little, so it is shared throughout.
-			p, err := n.start(ctx, j.Name, api.Offline, n.art.Train, j.TrainArgs(dur+2*time.Second)...)
+			// Offline jobs outlive the online window whatever the start-up of the others
+			// and of the online service takes (several jobs waiting to launch, an online
+			// service that falls behind), so it is shared throughout; the harness ends
+			// them once the window is measured.
+			p, err := n.start(ctx, j.Name, api.Offline, n.art.Train, j.TrainArgs(dur+offlineSlack)...)
 			if err != nil {
 				return res, err
 			}
@@ -483,6 +490,12 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 		}
 	}
 	for _, p := range offline {
+		if p.running() {
+			p.stopped = true
+			p.kill()
+		}
+	}
+	for _, p := range offline {
 		if err := p.wait(ctx, 30*time.Second); err != nil {
 			res.Notes = append(res.Notes, err.Error())
 			res.Errors++
@@ -513,6 +526,7 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 		}
 		t := parseTrain(p.output())
 		switch {
+		case p.stopped:
 		case p.signalled():
 			res.Evictions++
 			res.Notes = append(res.Notes, fmt.Sprintf("%s was ended by a signal: %s", p.name, p.cmd.ProcessState))
