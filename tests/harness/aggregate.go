@@ -27,8 +27,8 @@ func (r *Report) aggregate() {
 		for k, p := range r.Passes {
 			all[k] = p.Results[i]
 		}
-		if first.Skipped != "" {
-			r.Results = append(r.Results, first)
+		if i := slices.IndexFunc(all, func(x Result) bool { return x.Skipped != "" }); i >= 0 {
+			r.Results = append(r.Results, all[i])
 			continue
 		}
 		m := func(f func(Result) float64) float64 { return median(all, f) }

@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -283,12 +284,16 @@ func (p *proc) wait(ctx context.Context, limit time.Duration) error {
 		return nil
 	case <-time.After(limit):
 		p.kill()
-		return fmt.Errorf("%s did not finish within %v; killed", p.name, limit)
+		return fmt.Errorf("%s did not finish within %v (killed): %w", p.name, limit, errFellBehind)
 	case <-ctx.Done():
 		p.kill()
 		return ctx.Err()
 	}
 }
+
+// errFellBehind: a program was still running long after its schedule should have ended
+// (an online service that could not keep up drains its backlog for ever).
+var errFellBehind = errors.New("it fell behind its schedule")
 
 // signalled reports whether the process was ended by a signal (an eviction, when the
 // harness did not send it).

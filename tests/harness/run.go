@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -247,6 +248,11 @@ func (r *Runner) pass(ctx context.Context, strategies []Strategy, dir string, k,
 		}
 		r.progress(string(s) + tag)
 		res, err := r.runStrategy(ctx, s, p.OfflineAlone, dir)
+		if err != nil && s != OnlineAlone && errors.Is(err, errFellBehind) {
+			// A sharing strategy the online service cannot keep up under is a result,
+			// not a failure of the experiment: its row says so.
+			res, err = Result{Strategy: s, Skipped: err.Error()}, nil
+		}
 		if err != nil {
 			return p, fmt.Errorf("strategy %s: %w", s, err)
 		}

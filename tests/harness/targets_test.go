@@ -52,3 +52,15 @@ func TestTargets(t *testing.T) {
 		t.Errorf("markdown:\n%s", b.String())
 	}
 }
+
+// A strategy that fell behind in any pass is reported as such, not as a median with a
+// zero in it.
+func TestAggregateKeepsAFellBehindRow(t *testing.T) {
+	ok := Pass{Results: []Result{{Strategy: OnlineAlone, ReqP99: 10}, {Strategy: PlainMPS, ReqP99: 30}}}
+	behind := Pass{Results: []Result{{Strategy: OnlineAlone, ReqP99: 10}, {Strategy: PlainMPS, Skipped: "online did not finish"}}}
+	r := &Report{Scenario: &Scenario{Name: "t"}, Passes: []Pass{ok, behind, ok}}
+	r.aggregate()
+	if x, _ := r.Result(PlainMPS); x.Skipped != "online did not finish" {
+		t.Errorf("mps row = %+v, want the fell-behind reason", x)
+	}
+}
