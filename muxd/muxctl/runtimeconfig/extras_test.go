@@ -154,10 +154,7 @@ func TestCrioDropIn(t *testing.T) {
 func TestChainNvidiaContainerRuntime(t *testing.T) {
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "policy.toml")
-	def, err := os.ReadFile("../../policy/default.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	def := []byte(policy.DefaultTOML)
 	os.WriteFile(pol, def, 0o644)
 	cfg := filepath.Join(dir, "config.toml")
 	os.WriteFile(cfg, []byte("version = 2\n"), 0o644)
