@@ -9,34 +9,10 @@ import (
 	"github.com/muxflow/muxflow/matcher/profile"
 )
 
-// clusterOf builds a cluster of n GPUs (8 per node) running `services`
-// distinct online services, and m pending jobs of `kinds` distinct profiles.
+// clusterOf builds a synthetic cluster of n GPUs and m pending jobs (SyntheticCluster).
 func clusterOf(n, m, services, kinds int, seed uint64) ([]profile.NodeReport, []Job) {
-	r := rand.New(rand.NewPCG(seed, 1))
-	svc := make([]profile.Profile, services)
-	for i := range svc {
-		svc[i] = profile.Profile{GPUUtil: 5 + 60*r.Float64(), MemBWUtil: 40 * r.Float64(), MemoryMiB: 2000 + 30000*r.Float64()}
-	}
-	var reports []profile.NodeReport
-	for i := 0; i < n; i += 8 {
-		rep := profile.NodeReport{Node: profile.NodeInfo{Name: fmt.Sprintf("node-%d", i/8)}}
-		typ := []string{"A100", "H200", "L40S"}[r.IntN(3)]
-		for g := i; g < min(n, i+8); g++ {
-			p := svc[r.IntN(services)]
-			rep.GPUs = append(rep.GPUs, profile.GPUReport{UUID: fmt.Sprintf("GPU-%d", g), Type: typ, MemoryTotalMiB: 81920,
-				MemoryFreeMiB: 81920 - p.MemoryMiB, Health: profile.Healthy, Online: &profile.Workload{ID: "svc", Profile: p}})
-		}
-		reports = append(reports, rep)
-	}
-	kind := make([]profile.Profile, kinds)
-	for i := range kind {
-		kind[i] = profile.Profile{GPUUtil: 20 + 80*r.Float64(), MemBWUtil: 70 * r.Float64(), MemoryMiB: 2000 + 40000*r.Float64(), BatchSize: 32 << r.IntN(3)}
-	}
-	jobs := make([]Job, m)
-	for j := range jobs {
-		jobs[j] = Job{ID: fmt.Sprintf("batch/j%d", j), Profile: kind[r.IntN(kinds)]}
-	}
-	return reports, jobs
+	c := NewSyntheticCluster(n, m, services, kinds, seed)
+	return c.Reports, c.Jobs
 }
 
 // BenchmarkPlanRound is a whole planning round at cluster scale: constraints,

@@ -12,34 +12,10 @@ import (
 	"github.com/muxflow/muxflow/matcher/profile"
 )
 
-// cluster builds n GPUs (8 per node) running `services` distinct online services, and m
-// pending jobs of `kinds` profiles (as matcher/plan's benchmark does).
+// cluster is matcher/plan's synthetic cluster (the one its benchmark plans).
 func cluster(n, m, services, kinds int, seed uint64) ([]profile.NodeReport, []plan.Job, []profile.Profile, []profile.Profile) {
-	r := rand.New(rand.NewPCG(seed, 1))
-	svc := make([]profile.Profile, services)
-	for i := range svc {
-		svc[i] = profile.Profile{GPUUtil: 5 + 60*r.Float64(), MemBWUtil: 40 * r.Float64(), MemoryMiB: 2000 + 30000*r.Float64()}
-	}
-	var reports []profile.NodeReport
-	for i := 0; i < n; i += 8 {
-		rep := profile.NodeReport{Node: profile.NodeInfo{Name: fmt.Sprintf("node-%d", i/8)}}
-		typ := []string{"A100", "H200", "L40S"}[r.IntN(3)]
-		for g := i; g < min(n, i+8); g++ {
-			p := svc[r.IntN(services)]
-			rep.GPUs = append(rep.GPUs, profile.GPUReport{UUID: fmt.Sprintf("GPU-%d", g), Type: typ, MemoryTotalMiB: 81920,
-				MemoryFreeMiB: 81920 - p.MemoryMiB, Health: profile.Healthy, Online: &profile.Workload{ID: "svc", Profile: p}})
-		}
-		reports = append(reports, rep)
-	}
-	kind := make([]profile.Profile, kinds)
-	for i := range kind {
-		kind[i] = profile.Profile{GPUUtil: 20 + 80*r.Float64(), MemBWUtil: 70 * r.Float64(), MemoryMiB: 2000 + 40000*r.Float64(), BatchSize: 32 << r.IntN(3)}
-	}
-	jobs := make([]plan.Job, m)
-	for j := range jobs {
-		jobs[j] = plan.Job{ID: fmt.Sprintf("batch/j%d", j), Profile: kind[r.IntN(kinds)]}
-	}
-	return reports, jobs, svc, kind
+	c := plan.NewSyntheticCluster(n, m, services, kinds, seed)
+	return c.Reports, c.Jobs, c.Services, c.Kinds
 }
 
 // perturb changes frac of the GPUs (another online service) and replaces frac of the
