@@ -1,19 +1,14 @@
 package evict
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/muxflow/muxflow/muxd/kubeapi"
 )
 
 // Kubernetes evicts a container's pod through the Eviction API, so that its controller
@@ -31,32 +26,16 @@ type Kubernetes struct {
 	Fallback Stopper
 }
 
-// In-cluster service account files, mounted into muxd's pod by Kubernetes.
-const (
-	saToken = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	saCA    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
-)
-
 // InCluster configures the client the way pods reach their API server.
 func InCluster(fallback Stopper) (*Kubernetes, error) {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if host == "" || port == "" {
+	c, err := kubeapi.Connect("", "", "")
+	if errors.Is(err, kubeapi.ErrNotInCluster) {
 		return nil, fmt.Errorf("evict.kubernetes is set but muxd does not run in a Kubernetes pod (KUBERNETES_SERVICE_HOST is empty)")
 	}
-	token, err := os.ReadFile(saToken)
 	if err != nil {
-		return nil, fmt.Errorf("read service account token: %w", err)
+		return nil, err
 	}
-	ca, err := os.ReadFile(saCA)
-	if err != nil {
-		return nil, fmt.Errorf("read cluster CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("cluster CA %s holds no certificate", saCA)
-	}
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	return &Kubernetes{Server: "https://" + net.JoinHostPort(host, port), Token: strings.TrimSpace(string(token)), HTTP: hc, Fallback: fallback}, nil
+	return &Kubernetes{Server: c.Server, Token: c.Token, HTTP: c.HTTP, Fallback: fallback}, nil
 }
 
 // Stop asks the API server to evict the target's pod and waits up to grace for its
@@ -76,35 +55,23 @@ func (k *Kubernetes) Stop(ctx context.Context, t Target, grace time.Duration) er
 }
 
 func (k *Kubernetes) evict(ctx context.Context, ns, name string, grace time.Duration) error {
-	secs := int64(grace / time.Second)
-	body, _ := json.Marshal(map[string]any{
+	api := kubeapi.Client{Server: k.Server, Token: k.Token, HTTP: k.HTTP}
+	err := api.Do(ctx, http.MethodPost, kubeapi.PodPath(ns, name, "/eviction"), "application/json", map[string]any{
 		"apiVersion":    "policy/v1",
 		"kind":          "Eviction",
 		"metadata":      map[string]string{"name": name, "namespace": ns},
-		"deleteOptions": map[string]any{"gracePeriodSeconds": secs},
+		"deleteOptions": map[string]any{"gracePeriodSeconds": int64(grace / time.Second)},
 	})
-	u := fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s/eviction", strings.TrimSuffix(k.Server, "/"), url.PathEscape(ns), url.PathEscape(name))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+k.Token)
-	hc := k.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	var st *kubeapi.StatusError
 	switch {
-	case resp.StatusCode/100 == 2, resp.StatusCode == http.StatusNotFound:
+	case err == nil:
 		return nil
-	case resp.StatusCode == http.StatusTooManyRequests:
-		return fmt.Errorf("a PodDisruptionBudget forbids it now (HTTP 429): %s", bytes.TrimSpace(msg))
+	case !errors.As(err, &st):
+		return err
+	case st.Code == http.StatusNotFound:
+		return nil // gone already
+	case st.Code == http.StatusTooManyRequests:
+		return fmt.Errorf("a PodDisruptionBudget forbids it now (HTTP 429): %s", st.Message)
 	}
-	return fmt.Errorf("API server answered HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	return fmt.Errorf("API server answered HTTP %d: %s", st.Code, st.Message)
 }
