@@ -8,12 +8,10 @@
 package plan
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/muxflow/muxflow/matcher/assign"
@@ -162,16 +160,11 @@ const (
 type Planner struct {
 	cfg    Config
 	gen    int64
-	prices map[string]float64
 	dense  assign.Dense
 	sparse assign.Sparse
 	cache  map[pairKey][2]float64
-	// placed is last top-k round's pairing, job id → GPU UUID: the warm start's
-	// tie-breaker (assign.Prices.RowCol).
-	placed map[string]string
-	// prints is what each GPU's edges depended on last round (group and free
-	// memory): a GPU whose print changed starts from its group's price.
-	prints map[string]slotPrint
+	// inc is the top-k rounds' state kept between rounds (incr.go).
+	inc incremental
 	// noCoarse skips the coarse first round (tests compare with it).
 	noCoarse bool
 }
@@ -371,258 +364,6 @@ func (p *Planner) solveExact(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, erro
 	return res.RowCol, nil
 }
 
-// solveTopK builds each job's k candidates without scoring every GPU: GPUs
-// are grouped by (online profile, type) and a job scores each group once.
-// Plain top-k by weight fails on real clusters: replicas make weights tie,
-// every job ranks the same few GPUs first, and most jobs end up with no GPU
-// to win (on the Alibaba trace replay: 513 of 2,948 jobs paired, against
-// 2,780 for greedy placement). So each list samples the job's best groups
-// deep enough to hold twice as many GPUs as there are jobs, in proportion to
-// group size; within a group each job walks the group's hash ring from a point
-// hashed from its id (spread like a shared round-robin cursor, but stable when
-// other jobs and GPUs come and go: see the sampling loop).
-func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error) {
-	type group struct {
-		slots []int
-		rep   gpuSlot
-		typ   string
-		hash  uint64
-		ring  []ringPoint
-	}
-	const alpha = 2
-	type gkey struct {
-		k   profileKey
-		typ string
-	}
-	index := map[gkey]int{}
-	var groups []group
-	for c, s := range slots {
-		k := gkey{s.key, s.gpu.Type}
-		gi, ok := index[k]
-		if !ok {
-			gi = len(groups)
-			index[k] = gi
-			groups = append(groups, group{rep: s, typ: s.gpu.Type, hash: k.k.hash() ^ hashString(k.typ)})
-		}
-		groups[gi].slots = append(groups[gi].slots, c)
-	}
-	for gi := range groups {
-		gr := &groups[gi]
-		gr.ring = make([]ringPoint, 0, ringPoints*len(gr.slots))
-		for _, c := range gr.slots {
-			h := hashString(slots[c].gpu.UUID)
-			for v := range uint64(ringPoints) {
-				gr.ring = append(gr.ring, ringPoint{mix(h + v*0x9e3779b97f4a7c15), int32(c)})
-			}
-		}
-		slices.SortFunc(gr.ring, func(a, b ringPoint) int { return cmp.Compare(a.h, b.h) })
-	}
-	g := &assign.Candidates{Rows: len(jobs), Cols: len(slots), Start: make([]int, 1, len(jobs)+1)}
-	// stamp[c] == i+1 marks slot c as already in job i's list: with fewer
-	// GPUs than k, sampling points land on the same members twice.
-	stamp := make([]int, len(slots))
-	// Jobs of one kind (same profile and type constraint) rank groups
-	// alike; a cluster has far fewer kinds than jobs.
-	type rankKey struct {
-		prof  profileKey
-		types string
-	}
-	type ranking struct {
-		order []int // eligible groups, best first
-		gw    []float64
-	}
-	rankings := map[rankKey]*ranking{}
-	rank := func(j Job) *ranking {
-		k := rankKey{keyOf(j.Profile), strings.Join(j.GPUTypes, "\x00")}
-		if r, ok := rankings[k]; ok {
-			return r
-		}
-		r := &ranking{gw: make([]float64, len(groups))}
-		for gi, gr := range groups {
-			r.gw[gi] = math.Inf(-1)
-			if len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, gr.typ) {
-				r.gw[gi] = p.weight(j, gr.rep)
-			}
-			if !math.IsInf(r.gw[gi], -1) {
-				r.order = append(r.order, gi)
-			}
-		}
-		slices.SortFunc(r.order, func(a, b int) int {
-			switch {
-			case r.gw[a] > r.gw[b]:
-				return -1
-			case r.gw[a] < r.gw[b]:
-				return 1
-			}
-			// Equal weights (one service on several GPU types) in an order that
-			// does not depend on which GPU a report lists first, so that a
-			// change elsewhere does not reorder them.
-			if c := cmp.Compare(groups[a].hash, groups[b].hash); c != 0 {
-				return c
-			}
-			return a - b
-		})
-		if len(rankings) < 4096 { // bound memory when every job differs
-			rankings[k] = r
-		}
-		return r
-	}
-	for i, j := range jobs {
-		rk := rank(j)
-		order, gw := rk.order, rk.gw
-		// Depth: the job's best groups until they hold alpha× as many GPUs
-		// as there are jobs, so that every job reaches past the GPUs all
-		// jobs want first.
-		depth, capacity := 0, 0
-		for _, gi := range order {
-			if capacity >= alpha*len(jobs) {
-				break
-			}
-			capacity += len(groups[gi].slots)
-			depth++
-		}
-		// Systematic sampling: k points spread evenly over the depth's
-		// GPUs, from an offset that differs per job, give each group a
-		// share of the list proportional to its size; each point takes the
-		// group's next member in a cursor shared by all jobs, so that lists
-		// cover different GPUs.
-		n := 0
-		if depth > 0 {
-			jh, curGroup, cur := hashString(j.ID), -1, 0
-			u := math.Mod(float64(i)*0.6180339887498949, 1)
-			step := float64(capacity) / float64(p.cfg.K)
-			gi, cum := 0, len(groups[order[0]].slots)
-			for t := 0; t < p.cfg.K && n < p.cfg.K; t++ {
-				pos := (u + float64(t)) * step
-				if t > 0 && step < 1 && pos >= float64(capacity) {
-					break
-				}
-				for gi+1 < depth && pos >= float64(cum) {
-					gi++
-					cum += len(groups[order[gi]].slots)
-				}
-				gr := &groups[order[gi]]
-				if gi != curGroup {
-					// The job's own place in the group: a point on the group's
-					// ring (consistent hashing: every member holds ringPoints
-					// points hashed from its UUID) hashed from the job's id and the
-					// group's key, not a cursor shared with the jobs before it. A
-					// job's list then stays what it was while its groups stay, and
-					// a GPU joining or leaving a group changes only the lists whose
-					// walk passes its points: that is what lets a warm re-plan keep
-					// last round's pairs.
-					curGroup = gi
-					at := mix(jh ^ gr.hash)
-					cur, _ = slices.BinarySearchFunc(gr.ring, at, func(e ringPoint, x uint64) int { return cmp.Compare(e.h, x) })
-				}
-				for try := 0; try < len(gr.ring) && try < 8*ringPoints; try++ {
-					c := int(gr.ring[cur%len(gr.ring)].slot)
-					cur++
-					if stamp[c] != i+1 && fits(j, slots[c].gpu) {
-						stamp[c] = i + 1
-						g.Col = append(g.Col, int32(c))
-						g.Weight = append(g.Weight, gw[order[gi]])
-						n++
-						break
-					}
-				}
-			}
-		}
-		if n == 0 {
-			pl.Unassigned[j.ID] = ReasonNoGPU
-			if len(order) > 0 {
-				// Some group passed the floors: memory ruled them out.
-				g.Start = append(g.Start, len(g.Col))
-				continue
-			}
-			for gi := range groups {
-				if len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, groups[gi].typ) {
-					for _, c := range groups[gi].slots {
-						if fits(j, slots[c].gpu) {
-							pl.Unassigned[j.ID] = ReasonFloor
-							break
-						}
-					}
-				}
-			}
-		}
-		g.Start = append(g.Start, len(g.Col))
-	}
-	pl.Stats.Edges = len(g.Col)
-	var warm *assign.Prices
-	if len(p.prices) > 0 {
-		warm = &assign.Prices{Col: make([]float64, len(slots)), RowCol: make([]int32, len(jobs))}
-		at := make(map[string]int32, len(slots))
-		for c, s := range slots {
-			warm.Col[c] = p.prices[s.gpu.UUID]
-			at[s.gpu.UUID] = int32(c)
-		}
-		for i, j := range jobs {
-			warm.RowCol[i] = -1
-			if c, ok := at[p.placed[j.ID]]; ok {
-				warm.RowCol[i] = c
-			}
-		}
-		// A GPU that is new or changed group or memory since last round gets the
-		// mean price of its group's unchanged GPUs: its old price (or none) says
-		// nothing about it now, and a price far off sends many rows searching.
-		for _, gr := range groups {
-			sum, n := 0.0, 0
-			var changed []int
-			for _, c := range gr.slots {
-				if old, ok := p.prints[slots[c].gpu.UUID]; ok && old == printOf(slots[c]) {
-					sum += warm.Col[c]
-					n++
-				} else {
-					changed = append(changed, c)
-				}
-			}
-			for _, c := range changed {
-				warm.Col[c] = 0
-				if n > 0 {
-					warm.Col[c] = sum / float64(n)
-				}
-			}
-		}
-		pl.Stats.WarmStart = true
-	} else if len(jobs) > 4*coarseMin && len(slots) > 4*coarseMin && !p.noCoarse {
-		// No previous round: get prices from a coarse round first.
-		gid := make([]int, len(slots))
-		for gi, gr := range groups {
-			for _, c := range gr.slots {
-				gid[c] = gi
-			}
-		}
-		var err error
-		if warm, err = coarsePrices(g, gid, len(groups)); err != nil {
-			return nil, err
-		}
-		pl.Stats.CoarseStart = true
-	}
-	m, err := p.sparse.MaxWeightMatching(g, warm)
-	if err != nil {
-		return nil, fmt.Errorf("top-k matching: %w", err)
-	}
-	pl.Stats.Augmentations, pl.Stats.Repairs = m.Augmentations, m.Repairs
-	p.prices = make(map[string]float64, len(slots))
-	for c, s := range slots {
-		if x := m.Prices.Col[c]; x != 0 {
-			p.prices[s.gpu.UUID] = x
-		}
-	}
-	p.prints = make(map[string]slotPrint, len(slots))
-	for _, s := range slots {
-		p.prints[s.gpu.UUID] = printOf(s)
-	}
-	p.placed = make(map[string]string, len(jobs))
-	for i, c := range m.RowCol {
-		if c >= 0 {
-			p.placed[jobs[i].ID] = slots[c].gpu.UUID
-		}
-	}
-	return m.RowCol, nil
-}
-
 // coarseMin is the smallest problem worth a coarse round first (a variable
 // so tests can reach the coarse path on small problems).
 var coarseMin = 1024
@@ -736,18 +477,6 @@ func mix(x uint64) uint64 {
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	return x ^ x>>31
-}
-
-// slotPrint is what a GPU's candidate edges depend on: its group (online profile
-// and type) and its free memory.
-type slotPrint struct {
-	key  profileKey
-	typ  string
-	free float64
-}
-
-func printOf(s gpuSlot) slotPrint {
-	return slotPrint{key: s.key, typ: s.gpu.Type, free: s.gpu.MemoryFreeMiB}
 }
 
 // ringPoint is one of a GPU's points on its group's hash ring.
