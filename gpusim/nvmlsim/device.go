@@ -220,7 +220,7 @@ func (d *Device) RegisterEvents(mask uint64, set nvml.EventSet) nvml.Return {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	xs, err := d.l.c.Xids(ctx, d.index, 0)
+	xs, err := d.l.xids(ctx, d.index, 0)
 	if err != nil {
 		return nvml.ERROR_UNKNOWN
 	}
@@ -230,6 +230,9 @@ func (d *Device) RegisterEvents(mask uint64, set nvml.EventSet) nvml.Return {
 	if _, seen := es.last[d.index]; !seen && len(xs) > 0 {
 		es.last[d.index] = xs[len(xs)-1].Seq
 	}
+	es.mu.Unlock()
+	es.listen()
+	es.mu.Lock() // for the deferred unlock
 	return nvml.SUCCESS
 }
 

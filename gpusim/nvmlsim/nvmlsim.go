@@ -14,28 +14,40 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/muxflow/muxflow/gpusim/simclient"
+	"github.com/muxflow/muxflow/gpusim/simd"
 )
 
 // Lib is the simulated NVML library.
 type Lib struct {
 	unsupportedLib
-	c *simclient.Client
+	c    *simclient.Client
+	conn *conn
 
 	mu       sync.Mutex
 	inited   int
 	cache    []simclient.DeviceStats
 	cachedAt time.Time
+	// sets are the event sets with registered devices: each refresh of the reading
+	// also asks for new Xids (pipelined, one round trip) and hands them to the sets,
+	// so that a set need not poll gpusimd on its own while someone samples.
+	sets []*EventSet
+	// xidSeq is the last Xid sequence the refreshes saw; xidsAt (unix ns) when they
+	// last asked, 0 while gpusimd cannot answer for every device at once.
+	xidSeq    uint64
+	xidsAt    atomic.Int64
+	noAllXids bool // gpusimd cannot answer for every device at once (an older one)
 }
 
 var _ nvml.Interface = (*Lib)(nil)
 
 // New returns an NVML library backed by the gpusimd serving socket.
-func New(socket string) *Lib { return &Lib{c: simclient.New(socket)} }
+func New(socket string) *Lib { return &Lib{c: simclient.New(socket), conn: &conn{socket: socket}} }
 
 // cacheFor is how long one stats reading answers queries: a monitor sample
 // asks a dozen questions about the same instant.
@@ -52,12 +64,37 @@ func (l *Lib) stats() ([]simclient.DeviceStats, nvml.Return) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := l.c.Stats(ctx)
-	if err != nil {
+	qs := []simd.Request{{Op: "stats"}}
+	withXids := len(l.sets) > 0 && !l.noAllXids
+	if withXids {
+		qs = append(qs, simd.Request{Op: "xids", Device: -1, After: l.xidSeq})
+	}
+	rs, err := l.conn.roundTrip(ctx, qs...)
+	if err != nil || rs[0].Error != "" {
 		return nil, nvml.ERROR_UNKNOWN
 	}
-	l.cache, l.cachedAt = st, time.Now()
-	return st, nvml.SUCCESS
+	l.cache, l.cachedAt = rs[0].Devices, time.Now()
+	if withXids {
+		if rs[1].Error != "" {
+			l.noAllXids = true // an older gpusimd: the sets poll per device
+			l.xidsAt.Store(0)
+		} else {
+			for _, x := range rs[1].Xids {
+				l.xidSeq = max(l.xidSeq, x.Seq)
+			}
+			for _, e := range l.sets {
+				e.offer(rs[1].Xids)
+			}
+			l.xidsAt.Store(l.cachedAt.UnixNano())
+		}
+	}
+	return l.cache, nvml.SUCCESS
+}
+
+// xidsFresh reports whether a refresh asked gpusimd for Xids within d.
+func (l *Lib) xidsFresh(d time.Duration) bool {
+	at := l.xidsAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < d
 }
 
 func (l *Lib) dev(i int) (simclient.DeviceStats, nvml.Return) {
@@ -98,6 +135,9 @@ func (l *Lib) Shutdown() nvml.Return {
 		return nvml.ERROR_UNINITIALIZED
 	}
 	l.inited--
+	if l.inited == 0 {
+		l.conn.close()
+	}
 	return nvml.SUCCESS
 }
 
@@ -167,7 +207,7 @@ func (l *Lib) EventSetCreate() (nvml.EventSet, nvml.Return) {
 	if _, r := l.stats(); r != nvml.SUCCESS {
 		return nil, r
 	}
-	return &EventSet{l: l, last: map[int]uint64{}, mask: map[int]uint64{}}, nvml.SUCCESS
+	return &EventSet{l: l, last: map[int]uint64{}, mask: map[int]uint64{}, notify: make(chan struct{}, 1)}, nvml.SUCCESS
 }
 
 // GpmSampleAlloc allocates a GPM sample buffer.
@@ -232,30 +272,91 @@ func (s *GpmSample) Get(d nvml.Device) nvml.Return {
 // EventSet delivers Xid events as NVML events.
 type EventSet struct {
 	unsupportedEventSet
-	l    *Lib
-	mu   sync.Mutex
-	mask map[int]uint64 // device -> registered event types
-	last map[int]uint64 // device -> last Xid sequence delivered
-	q    []nvml.EventData
+	l      *Lib
+	notify chan struct{} // a token when offer queued events
+	mu     sync.Mutex
+	mask   map[int]uint64 // device -> registered event types
+	last   map[int]uint64 // device -> last Xid sequence delivered
+	q      []nvml.EventData
 	// seq is the last Xid sequence delivered on any device (sequence numbers
 	// are node-wide), for the one-call poll of every device; perDevice is
 	// set when gpusimd does not know that call (an older one).
 	seq       uint64
 	perDevice bool
+	listed    bool // in l.sets
+	polls     int  // requests of its own (for tests)
 }
 
-// pollEvery is how often Wait asks gpusimd for new Xids. On real hardware
-// nvmlEventSetWait blocks in the driver at no cost; here each poll is a
-// request, so it is as rare as still lets a consumer sampling every 100 ms
-// see a fault within its period.
+// pollEvery is how often Wait asks gpusimd for new Xids itself, when nobody samples:
+// while the library's readings are refreshed (a monitor sampling every period), each
+// refresh brings the new Xids in the same round trip and Wait only waits for them, so
+// a fault is seen within a sampling period at no cost of its own. On real hardware
+// nvmlEventSetWait blocks in the driver at no cost.
 const pollEvery = 50 * time.Millisecond
 
-// Free releases the set.
-func (e *EventSet) Free() nvml.Return { return nvml.SUCCESS }
+// staleAfter: readings older than this mean nobody samples, and Wait polls itself.
+const staleAfter = 250 * time.Millisecond
 
-// Wait returns the next event, polling gpusimd until timeoutMs passes.
+// Free releases the set.
+func (e *EventSet) Free() nvml.Return {
+	e.l.mu.Lock()
+	defer e.l.mu.Unlock()
+	for i, s := range e.l.sets {
+		if s == e {
+			e.l.sets = append(e.l.sets[:i], e.l.sets[i+1:]...)
+			break
+		}
+	}
+	return nvml.SUCCESS
+}
+
+// listen has the library's refreshes bring this set's Xids (after the first
+// registration).
+func (e *EventSet) listen() {
+	e.l.mu.Lock()
+	defer e.l.mu.Unlock()
+	e.mu.Lock()
+	listed := e.listed
+	e.listed = true
+	e.mu.Unlock()
+	if !listed {
+		e.l.sets = append(e.l.sets, e)
+	}
+}
+
+// offer queues the Xids of a refresh that this set has not delivered yet.
+func (e *EventSet) offer(xs []simclient.XidEvent) {
+	if len(xs) == 0 {
+		return
+	}
+	e.mu.Lock()
+	n := len(e.q)
+	for _, x := range xs {
+		e.seq = max(e.seq, x.Seq)
+		if mask, ok := e.mask[x.Device]; ok && x.Seq > e.last[x.Device] {
+			e.deliver(x.Device, mask, x)
+		}
+	}
+	queued := len(e.q) > n
+	e.mu.Unlock()
+	if queued {
+		select {
+		case e.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Wait returns the next event, waiting until timeoutMs passes: for the library's
+// refreshes to bring one, or polling gpusimd every pollEvery when there are none.
 func (e *EventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 	deadline := time.Now().Add(time.Duration(timeoutMs) * time.Millisecond)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		e.mu.Lock()
 		if len(e.q) > 0 {
@@ -264,16 +365,33 @@ func (e *EventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 			e.mu.Unlock()
 			return ev, nvml.SUCCESS
 		}
-		e.poll()
+		fed := !e.perDevice && e.l.xidsFresh(staleAfter)
+		if !fed {
+			e.poll()
+		}
 		n := len(e.q)
 		e.mu.Unlock()
 		if n > 0 {
 			continue
 		}
-		if !time.Now().Before(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return nvml.EventData{}, nvml.ERROR_TIMEOUT
 		}
-		time.Sleep(min(pollEvery, time.Until(deadline)))
+		if !fed {
+			left = min(left, pollEvery)
+		}
+		// While fed, a set whose sampler stops is noticed at the deadline (the
+		// caller's timeout), and polls from then on.
+		if timer == nil {
+			timer = time.NewTimer(left)
+		} else {
+			timer.Reset(left)
+		}
+		select {
+		case <-e.notify:
+		case <-timer.C:
+		}
 	}
 }
 
@@ -284,9 +402,10 @@ func (e *EventSet) poll() {
 	if len(e.mask) == 0 {
 		return
 	}
+	e.polls++
 	if !e.perDevice {
 		// One request for every device.
-		xs, err := e.l.c.Xids(ctx, -1, e.seq)
+		xs, err := e.l.xids(ctx, -1, e.seq)
 		if err == nil {
 			for _, x := range xs {
 				e.seq = max(e.seq, x.Seq)
@@ -302,7 +421,7 @@ func (e *EventSet) poll() {
 		e.perDevice = true // an older gpusimd: one request per device
 	}
 	for dev, mask := range e.mask {
-		xs, err := e.l.c.Xids(ctx, dev, e.last[dev])
+		xs, err := e.l.xids(ctx, dev, e.last[dev])
 		if err != nil {
 			continue
 		}
@@ -310,6 +429,15 @@ func (e *EventSet) poll() {
 			e.deliver(dev, mask, x)
 		}
 	}
+}
+
+// xids asks gpusimd for Xids of dev (every device when negative) after a sequence.
+func (l *Lib) xids(ctx context.Context, dev int, after uint64) ([]simclient.XidEvent, error) {
+	r, err := l.conn.one(ctx, simd.Request{Op: "xids", Device: dev, After: after})
+	if err != nil {
+		return nil, err
+	}
+	return r.Xids, nil
 }
 
 // deliver queues one Xid of dev as an NVML event if mask asks for its type; e.mu held.

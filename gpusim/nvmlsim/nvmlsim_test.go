@@ -252,3 +252,61 @@ func itoa(v uint64) string {
 	}
 	return string(b)
 }
+
+// While something samples (the library's readings are refreshed), an event set makes
+// no request of its own: each refresh brings the new Xids, and Wait hands them out
+// within a refresh.
+func TestXidEventsRideOnSampling(t *testing.T) {
+	d, l := setup(t, "h100x2")
+	ctx := context.Background()
+	set, r := l.EventSetCreate()
+	if r != nvml.SUCCESS {
+		t.Fatal(r)
+	}
+	defer set.Free()
+	for i := range 2 {
+		h, _ := l.DeviceGetHandleByIndex(i)
+		if r := h.RegisterEvents(uint64(nvml.EventTypeXidCriticalError), set); r != nvml.SUCCESS {
+			t.Fatalf("RegisterEvents: %v", r)
+		}
+	}
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			l.DeviceGetCount()
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	defer func() { close(stop); <-sampled }()
+	time.Sleep(150 * time.Millisecond)
+	before := nvmlsim.OwnPolls(set.(*nvmlsim.EventSet))
+	if _, r := set.Wait(300); r != nvml.ERROR_TIMEOUT {
+		t.Errorf("Wait with no new event = %v, want timeout", r)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		d.InjectFault(ctx, simclient.Fault{Device: 1, Xid: 31})
+	}()
+	start := time.Now()
+	ev, r := set.Wait(2000)
+	if r != nvml.SUCCESS || ev.EventData != 31 {
+		t.Fatalf("Wait = %v, %v; want Xid 31", ev.EventData, r)
+	}
+	if idx, _ := ev.Device.GetIndex(); idx != 1 {
+		t.Errorf("event on device %d, want 1", idx)
+	}
+	if took := time.Since(start); took > 400*time.Millisecond {
+		t.Errorf("event arrived after %v; want within a refresh or so", took)
+	}
+	if n := nvmlsim.OwnPolls(set.(*nvmlsim.EventSet)) - before; n != 0 {
+		t.Errorf("the set polled gpusimd %d times while readings were refreshed", n)
+	}
+}

@@ -1,0 +1,107 @@
+package nvmlsim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/muxflow/muxflow/gpusim/simd"
+)
+
+// conn is one long-lived JSON-lines connection to gpusimd, shared by every call of the
+// adapter: gpusimd answers any number of requests on a connection, and a connection per
+// request (simclient's way) cost a socket, a connect and an accept on both sides ten or
+// more times a second per sampler. Requests can be pipelined: several written at once,
+// their answers read in order, in one round trip. A broken connection (gpusimd
+// restarted) is dialled again once per call.
+type conn struct {
+	socket string
+
+	mu  sync.Mutex
+	c   net.Conn
+	dec *json.Decoder
+	buf []byte
+}
+
+// roundTrip sends qs and returns their answers, in order. An answer carrying an error
+// is returned as it is, with err nil: the caller decides what each means.
+func (c *conn) roundTrip(ctx context.Context, qs ...simd.Request) ([]simd.Response, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out, err := c.try(ctx, qs)
+	if err != nil && !errors.Is(err, errFreshConn) && ctx.Err() == nil {
+		out, err = c.try(ctx, qs) // once more on a fresh connection
+	}
+	return out, err
+}
+
+func (c *conn) try(ctx context.Context, qs []simd.Request) ([]simd.Response, error) {
+	fresh := false
+	if c.c == nil {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "unix", c.socket)
+		if err != nil {
+			return nil, fmt.Errorf("reach gpusimd at %s: %w", c.socket, err)
+		}
+		c.c, c.dec, fresh = nc, json.NewDecoder(nc), true
+	}
+	fail := func(err error) ([]simd.Response, error) {
+		c.c.Close()
+		c.c, c.dec = nil, nil
+		if fresh {
+			// Not worth a second try: the connection was new.
+			return nil, errors.Join(err, errFreshConn)
+		}
+		return nil, err
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(2 * time.Second)
+	}
+	_ = c.c.SetDeadline(dl)
+	c.buf = c.buf[:0]
+	for _, q := range qs {
+		b, err := json.Marshal(q)
+		if err != nil {
+			return nil, err
+		}
+		c.buf = append(append(c.buf, b...), '\n')
+	}
+	if _, err := c.c.Write(c.buf); err != nil {
+		return fail(fmt.Errorf("send to gpusimd: %w", err))
+	}
+	out := make([]simd.Response, len(qs))
+	for i := range out {
+		if err := c.dec.Decode(&out[i]); err != nil {
+			return fail(fmt.Errorf("read gpusimd's answer to %s: %w", qs[i].Op, err))
+		}
+	}
+	return out, nil
+}
+
+var errFreshConn = errors.New("(on a new connection)")
+
+func (c *conn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		c.c.Close()
+		c.c, c.dec = nil, nil
+	}
+}
+
+// one sends a single request; an answer's error becomes err.
+func (c *conn) one(ctx context.Context, q simd.Request) (*simd.Response, error) {
+	rs, err := c.roundTrip(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if rs[0].Error != "" {
+		return &rs[0], fmt.Errorf("gpusimd %s: %s", q.Op, rs[0].Error)
+	}
+	return &rs[0], nil
+}
