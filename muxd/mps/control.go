@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +70,22 @@ func (c *Control) Command(ctx context.Context, command string) (string, error) {
 		return "", fmt.Errorf("MPS command %q failed: %v: %s", command, err, msg)
 	}
 	return answer, nil
+}
+
+// pidFile is where the control daemon writes its pid, in the pipe directory.
+const pidFile = "nvidia-cuda-mps-control.pid"
+
+// pidFromFile is the control daemon's pid from its pid file; 0 when there is none.
+func (c *Control) pidFromFile() int {
+	data, err := os.ReadFile(filepath.Join(c.PipeDir, pidFile))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }
 
 // ServerList returns the pids of the running MPS servers.

@@ -1,12 +1,13 @@
 package mps
 
 import (
+	"bytes"
 	"context"
-
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,14 +25,22 @@ type Defaults struct {
 }
 
 // Supervisor keeps one control daemon alive: it starts it in the foreground (-f) as its
-// own child, so a death is seen at once; it probes it every period, so a hang is seen
-// within two periods; either way it kills what is left and starts a new one.
+// own child, so a death is seen at once; every period it looks at the daemon's process
+// (/proc: gone, stopped or a zombie is a suspicion), and it probes it with a command (an
+// exec of the control tool) every ProbeEvery and at once on a suspicion, so a hang is
+// seen within ProbeEvery and a period; either way it kills what is left and starts a
+// new one. An adopted daemon's process is found through the pid file it keeps in the
+// pipe directory; without one, it is probed every period.
 type Supervisor struct {
 	Control  Control
 	Defaults Defaults
-	// Period between probes; 0 means 500 ms.
+	// Period between looks at the daemon's process; 0 means 500 ms.
 	Period time.Duration
-	Log    *slog.Logger
+	// ProbeEvery is how often a command is sent when the process looks well; 0 means
+	// 10 s. The exec of the control tool is what a look at /proc saves: it cost more
+	// than the rest of muxd's supervision together.
+	ProbeEvery time.Duration
+	Log        *slog.Logger
 	// OnRestart is called after each restart with the reason (for the error handler:
 	// clients of the old servers have lost their GPU context).
 	OnRestart func(reason string)
@@ -98,7 +107,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			s.Log.Info("adopting the MPS control daemon already running", "pipe_dir", s.Control.PipeDir)
 			s.applyDefaults(ctx)
 			s.healthy.Store(true)
-			reason := s.watch(ctx, nil, period)
+			reason := s.watch(ctx, nil, 0, period)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -145,7 +154,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		first = false
 		backoff = 100 * time.Millisecond
-		reason := s.watch(ctx, exited, period)
+		reason := s.watch(ctx, exited, cmd.Process.Pid, period)
 		if ctx.Err() != nil {
 			if s.KeepOnExit {
 				s.Log.Debug("supervisor done; the MPS control daemon is left to muxd's shutdown rule", "pid", cmd.Process.Pid)
@@ -182,11 +191,17 @@ func (s *Supervisor) waitAnswer(ctx context.Context, exited chan error) bool {
 	return false
 }
 
-// watch returns why the daemon is considered lost.
-func (s *Supervisor) watch(ctx context.Context, exited chan error, period time.Duration) string {
+// watch returns why the daemon is considered lost. pid is the daemon's when muxd started
+// it (exited then reports its end); 0 for an adopted one, whose pid file is read.
+func (s *Supervisor) watch(ctx context.Context, exited chan error, pid int, period time.Duration) string {
+	probeEvery := s.ProbeEvery
+	if probeEvery <= 0 {
+		probeEvery = 10 * time.Second
+	}
 	t := time.NewTicker(period)
 	defer t.Stop()
 	failures := 0
+	lastProbe := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -205,7 +220,16 @@ func (s *Supervisor) watch(ctx context.Context, exited chan error, period time.D
 			exited <- err
 			s.healthy.Store(false)
 			return fmt.Sprintf("exited: %v", err)
-		case <-t.C:
+		case now := <-t.C:
+			p := pid
+			if p == 0 {
+				p = s.Control.pidFromFile()
+			}
+			suspect := failures > 0 || p == 0 || !processLooksAlive(p)
+			if !suspect && now.Sub(lastProbe) < probeEvery {
+				continue
+			}
+			lastProbe = now
 			if _, err := s.Control.ServerList(ctx); err != nil {
 				if ctx.Err() != nil {
 					return "muxd stopping"
@@ -221,6 +245,28 @@ func (s *Supervisor) watch(ctx context.Context, exited chan error, period time.D
 			s.healthy.Store(true)
 		}
 	}
+}
+
+// processLooksAlive reads the state of pid in /proc: false when it is gone, a zombie,
+// dead, or stopped (by a signal or a tracer) — each a reason to probe at once.
+func processLooksAlive(pid int) bool {
+	var buf [512]byte
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	n, _ := f.Read(buf[:])
+	f.Close()
+	b := buf[:n]
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	switch b[i+2] {
+	case 'Z', 'X', 'x', 'T', 't':
+		return false
+	}
+	return true
 }
 
 func (s *Supervisor) applyDefaults(ctx context.Context) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,9 +49,10 @@ func TestSupervisorRestartsDeadAndHungDaemons(t *testing.T) {
 	s := &Supervisor{
 		Control:   c,
 		Defaults:  Defaults{ActiveThreadPercentage: 50, PinnedMemLimit: 2 << 30, Devices: 2},
-		Period:    100 * time.Millisecond,
-		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnRestart: func(reason string) { restarts <- reason },
+		Period:     100 * time.Millisecond,
+		ProbeEvery: 300 * time.Millisecond,
+		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnRestart:  func(reason string) { restarts <- reason },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -166,4 +168,51 @@ func TestSupervisorKeepOnExit(t *testing.T) {
 	}
 	cancel2()
 	<-done2
+}
+
+// While the daemon's process looks well, the supervisor sends no command between
+// ProbeEvery's probes: it only reads /proc.
+func TestSupervisorProbesRarelyWhileTheProcessLooksWell(t *testing.T) {
+	c := fakeControl(t)
+	s := &Supervisor{Control: c, Period: 20 * time.Millisecond, ProbeEvery: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "first start", 5*time.Second, s.Healthy)
+	count := func() int {
+		data, _ := os.ReadFile(filepath.Join(c.PipeDir, "commands"))
+		return strings.Count(string(data), "get_server_list")
+	}
+	before := count()
+	time.Sleep(500 * time.Millisecond)
+	if n := count() - before; n != 0 {
+		t.Errorf("%d probes in 500 ms (25 periods) with ProbeEvery 1h; want none", n)
+	}
+	// A stopped daemon is a suspicion: it is probed at once (the fake still answers).
+	pid := s.PID()
+	syscall.Kill(pid, syscall.SIGSTOP)
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	eventually(t, "a probe of the stopped daemon", 2*time.Second, func() bool { return count() > before })
+}
+
+func TestProcessLooksAlive(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if !processLooksAlive(pid) {
+		t.Errorf("a sleeping process does not look alive")
+	}
+	syscall.Kill(pid, syscall.SIGSTOP)
+	eventually(t, "stopped state", 2*time.Second, func() bool { return !processLooksAlive(pid) })
+	syscall.Kill(pid, syscall.SIGCONT)
+	eventually(t, "running again", 2*time.Second, func() bool { return processLooksAlive(pid) })
+	cmd.Process.Kill()
+	eventually(t, "zombie", 2*time.Second, func() bool { return !processLooksAlive(pid) })
+	cmd.Wait()
+	if processLooksAlive(pid) {
+		t.Errorf("a reaped process looks alive")
+	}
 }
