@@ -90,29 +90,39 @@ type kindState struct {
 	gw    []float64 // by group; -Inf where a floor or the type rules it out
 	order []int32   // groups of finite weight, best first
 	ring  *ringState
+	// member marks the depth's groups (by group) and sig hashes that set.
+	member []bool
+	sig    uint64
 	// nonEmpty counts the depth's groups that have GPUs this round.
 	nonEmpty int
 	round    uint64
 }
 
+// ringState is a hash ring: either every GPU of the types a kind may use (full), shared
+// by the kinds whose depth holds most of them, walks skipping the GPUs outside the
+// job's depth, or only the GPUs of one depth (when it holds few of them), so that a
+// walk never skips far.
 type ringState struct {
-	member []bool // by group
+	full   bool
+	types  []string // a full ring's types; nil: any
+	member []bool   // by group: fixed for a depth's ring, filled in as groups come for a full one
 	points []ringPoint
 	dirty  []dirtyPoint // this round's changes, by hash
 	round  uint64
 }
 
-// dirtyPoint is a ring point that changed this round: joined or left (always), or its
-// GPU's free memory went from oldFree to newFree.
+// dirtyPoint is a ring point whose GPU changed this round: its group (-1: not on the
+// ring) went from oldGroup to newGroup, its free memory from oldFree to newFree.
 type dirtyPoint struct {
-	h                uint64
-	oldFree, newFree float64
-	always           bool
+	h                  uint64
+	oldGroup, newGroup int32
+	oldFree, newFree   float64
 }
 
 type jobState struct {
 	kind          *kindState
 	ring          *ringState
+	sig           uint64 // the kind's depth when walked
 	mem           float64
 	at            uint64 // where the walk starts
 	list          []int32
@@ -133,7 +143,18 @@ type gpuEvent struct {
 // holds no GPUs), so when online profiles keep changing the state is dropped.
 const maxGroups = 1 << 14
 
-func (r *ringState) has(g int32) bool { return g >= 0 && int(g) < len(r.member) && r.member[g] }
+func (in *incremental) ringHas(r *ringState, g int32) bool {
+	if g < 0 {
+		return false
+	}
+	for r.full && int(g) >= len(r.member) {
+		gi := len(r.member)
+		r.member = append(r.member, len(r.types) == 0 || slices.Contains(r.types, in.groups[gi].typ))
+	}
+	return int(g) < len(r.member) && r.member[g]
+}
+
+func (k *kindState) has(g int32) bool { return g >= 0 && int(g) < len(k.member) && k.member[g] }
 
 func (in *incremental) reset() { *in = incremental{} }
 
@@ -275,8 +296,9 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 				return int(a - b)
 			})
 		}
-		capacity, n := 0, 0
+		capacity, n, all := 0, 0, 0
 		var sig uint64
+		k.member = append(k.member[:0], make([]bool, len(in.groups))...)
 		for _, gi := range k.order {
 			if capacity >= target {
 				break
@@ -284,38 +306,48 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 			if sz := in.groups[gi].size; sz > 0 {
 				capacity += sz
 				n++
+				k.member[gi] = true
 				sig ^= mix(uint64(gi) + 0x51ed270b27a1f3c5)
 			}
 		}
+		for _, gr := range in.groups {
+			if len(k.job.GPUTypes) == 0 || slices.Contains(k.job.GPUTypes, gr.typ) {
+				all += gr.size
+			}
+		}
 		k.nonEmpty = n
-		sig ^= mix(uint64(n) << 32)
-		r := in.rings[sig]
+		k.sig = sig ^ mix(uint64(n)<<32)
+		// A depth that holds most GPUs of its types walks the shared ring of those types.
+		full := 4*capacity >= all
+		key := k.sig
+		if full {
+			key = mix(hashString(strings.Join(k.job.GPUTypes, "\x00")) ^ 0x2545f4914f6cdd1d)
+		}
+		r := in.rings[key]
+		if r != nil && r.full != full {
+			r = nil
+		}
 		if r != nil && r.round == round {
 			k.ring = r
 			return
 		}
 		if r == nil || r.round != round-1 {
 			// A new ring (or one not kept up last round): built from scratch.
-			r = &ringState{member: make([]bool, len(in.groups))}
-			capacity = 0
-			for _, gi := range k.order {
-				if capacity >= target {
-					break
-				}
-				if sz := in.groups[gi].size; sz > 0 {
-					capacity += sz
-					r.member[gi] = true
-				}
+			r = &ringState{full: full}
+			if full {
+				r.types = slices.Clone(k.job.GPUTypes)
+			} else {
+				r.member = slices.Clone(k.member)
 			}
 			for c, st := range in.colGPU {
-				if st != nil && r.member[in.colGroup[c]] {
+				if st != nil && in.ringHas(r, in.colGroup[c]) {
 					for _, h := range st.hashes {
 						r.points = append(r.points, ringPoint{h, int32(c)})
 					}
 				}
 			}
 			slices.SortFunc(r.points, cmpPoint)
-			in.rings[sig] = r
+			in.rings[key] = r
 		} else {
 			in.update(r, events)
 		}
@@ -350,8 +382,8 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 			changed = true
 		}
 		mem := j.memory()
-		if js.kind != k || js.mem != mem || js.ring != k.ring || js.round != round-1 || k.ring.affects(js) {
-			js.kind, js.mem, js.ring = k, mem, k.ring
+		if js.kind != k || js.mem != mem || js.sig != k.sig || js.ring != k.ring || js.round != round-1 || k.ring.affects(js) {
+			js.kind, js.mem, js.ring, js.sig = k, mem, k.ring, k.sig
 			in.walk(js, p.cfg.K)
 			changed = true
 		}
@@ -499,24 +531,28 @@ func (in *incremental) update(r *ringState, events []gpuEvent) {
 	}
 	removed := false
 	for _, e := range events {
-		oldIn, newIn := e.oldIn && r.has(e.oldGroup), e.newIn && r.has(e.newGroup)
+		oldIn, newIn := e.oldIn && in.ringHas(r, e.oldGroup), e.newIn && in.ringHas(r, e.newGroup)
+		if !oldIn && !newIn {
+			continue
+		}
+		d := dirtyPoint{oldGroup: -1, newGroup: -1, oldFree: e.oldFree, newFree: e.newFree}
+		if oldIn {
+			d.oldGroup = e.oldGroup
+		}
+		if newIn {
+			d.newGroup = e.newGroup
+		}
+		for _, h := range e.st.hashes {
+			d.h = h
+			r.dirty = append(r.dirty, d)
+		}
 		switch {
-		case oldIn && newIn:
-			if e.oldFree != e.newFree {
-				for _, h := range e.st.hashes {
-					r.dirty = append(r.dirty, dirtyPoint{h: h, oldFree: e.oldFree, newFree: e.newFree})
-				}
-			}
-		case oldIn:
+		case oldIn && !newIn:
 			removed = true
 			in.mark[e.st.col] = in.markEp
-			for _, h := range e.st.hashes {
-				r.dirty = append(r.dirty, dirtyPoint{h: h, always: true})
-			}
-		case newIn:
+		case newIn && !oldIn:
 			for _, h := range e.st.hashes {
 				adds = append(adds, ringPoint{h, e.st.col})
-				r.dirty = append(r.dirty, dirtyPoint{h: h, always: true})
 			}
 		}
 	}
@@ -552,11 +588,18 @@ func (r *ringState) affects(js *jobState) bool {
 	if len(r.dirty) == 0 {
 		return false
 	}
-	if js.full {
-		return true
-	}
+	k := js.kind
 	hit := func(d dirtyPoint) bool {
-		return d.always || (js.mem <= d.oldFree) != (js.mem <= d.newFree)
+		oldIn, newIn := k.has(d.oldGroup), k.has(d.newGroup)
+		return oldIn != newIn || oldIn && (js.mem <= d.oldFree) != (js.mem <= d.newFree)
+	}
+	if js.full {
+		for _, d := range r.dirty {
+			if hit(d) {
+				return true
+			}
+		}
+		return false
 	}
 	i, _ := slices.BinarySearchFunc(r.dirty, js.at, func(d dirtyPoint, h uint64) int { return cmp.Compare(d.h, h) })
 	for ; i < len(r.dirty) && (js.wrapped || r.dirty[i].h <= js.hend); i++ {
@@ -583,7 +626,7 @@ func (in *incremental) walk(js *jobState, K int) {
 		in.ep = 1
 	}
 	ep := in.ep
-	pts := js.ring.points
+	pts, kind := js.ring.points, js.kind
 	js.list = js.list[:0]
 	n := len(pts)
 	js.full, js.wrapped, js.hend = true, false, 0
@@ -598,7 +641,7 @@ func (in *incremental) walk(js *jobState, K int) {
 		}
 		c := pts[idx].slot
 		idx++
-		if in.stamp[c] == ep {
+		if in.stamp[c] == ep || !kind.has(in.colGroup[c]) {
 			continue
 		}
 		in.stamp[c] = ep
