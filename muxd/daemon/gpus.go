@@ -127,25 +127,71 @@ func (d *Daemon) setupGPUs() error {
 	return nil
 }
 
-// runGPUs runs the monitor and the guard until ctx ends.
+// runGPUs runs the monitor and the guard until ctx ends: the NVML error events in their
+// own goroutine (they apply to a GPU as they arrive), sampling and the guard's step in one
+// loop on one timer, so that muxd wakes once per period rather than once for the monitor
+// and again, at an unrelated moment, for the guard; the step then also works on a sample
+// taken just before it instead of one up to a period old.
 func (d *Daemon) runGPUs(ctx context.Context, spawn func(func())) {
 	if d.mon == nil {
 		return
 	}
-	spawn(func() {
-		if err := d.mon.Run(ctx); err != nil {
-			d.log.Error("GPU monitor stopped", "err", err)
-		}
-	})
-	spawn(func() {
-		// Let the monitor take its first samples before shares are computed.
+	spawn(func() { d.mon.WatchEvents(ctx) })
+	spawn(func() { d.sampleAndStep(ctx) })
+}
+
+// sampleAndStep polls the monitor every monitor period and runs the guard's step every
+// allocator period (policy alloc.period, read each time so that a reload applies), both
+// from one timer: when the two periods are equal, as by default, a step follows each
+// poll at once; otherwise the timer is set for whichever is due first. The first step
+// waits one sampling period, so that the monitor has samples when shares are computed.
+func (d *Daemon) sampleAndStep(ctx context.Context) {
+	samplePeriod := d.policy().Monitor.Period.D()
+	start := time.Now()
+	nextPoll, nextStep := start, start.Add(samplePeriod)
+	warned := false
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(d.policy().Monitor.Period.D()):
+		case <-t.C:
 		}
-		_ = d.guard.Run(ctx)
-	})
+		now := time.Now()
+		if !now.Before(nextPoll) {
+			// "100 ms or what NVML allows": when the driver is slower, polls are
+			// skipped and the effective period stretches; say so once.
+			if took := d.mon.Poll(); took > samplePeriod && !warned {
+				warned = true
+				d.log.Warn("sampling all GPUs takes longer than the period; samples will be further apart", "took", took, "period", samplePeriod)
+			}
+			nextPoll = advance(nextPoll, samplePeriod, time.Now())
+		}
+		// A step due within a millisecond runs now rather than a wake-up later.
+		if now = time.Now(); !now.Add(time.Millisecond).Before(nextStep) {
+			d.guard.Step(ctx, now)
+			nextStep = advance(nextStep, d.policy().Alloc.Period.D(), time.Now())
+		}
+		t.Reset(time.Until(earliest(nextPoll, nextStep)))
+	}
+}
+
+// advance returns the first tick of period after next that is not before now: ticks
+// stay on the grid started at the first one, and missed ones are dropped, as a Ticker's.
+func advance(next time.Time, period time.Duration, now time.Time) time.Time {
+	next = next.Add(period)
+	if next.Before(now) {
+		next = next.Add(now.Sub(next).Truncate(period) + period)
+	}
+	return next
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // setComputeMode puts every GPU in EXCLUSIVE_PROCESS mode, as NVIDIA recommends for MPS:
