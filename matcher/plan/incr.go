@@ -474,6 +474,20 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 				}
 			}
 		}
+		// A GPU no pending job held last round (its job left, or it is new) starts
+		// free of charge: it must end priced 0 unless someone takes it, and a price
+		// left from a job that is gone makes the searches that should reach it long.
+		held := make([]bool, g.Cols)
+		for _, c := range hint {
+			if c >= 0 && int(c) < len(held) {
+				held[c] = true
+			}
+		}
+		for c := range warm.Col {
+			if !held[c] {
+				warm.Col[c] = 0
+			}
+		}
 		pl.Stats.WarmStart = true
 	} else if len(jobs) > 4*coarseMin && g.Cols > 4*coarseMin && !p.noCoarse {
 		// No previous round: get prices from a coarse round first.
