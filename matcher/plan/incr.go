@@ -47,12 +47,18 @@ type incremental struct {
 	// lastIDs and lastRowCol are the last round's pending jobs and their columns.
 	lastIDs    []string
 	lastRowCol []int32
-	stamp      []uint32
-	ep         uint32
-	mark       []uint32
-	markEp     uint32
-	g          assign.Candidates
-	events     []gpuEvent
+	// prev* are last round's pending jobs and eligible GPUs by position, cur* this
+	// round's: a job or GPU in the same place as last round needs no map look-up.
+	prevIDs, curIDs     []string
+	prevJobs, curJobs   []*jobState
+	prevUUIDs, curUUIDs []string
+	prevGPUs, curGPUs   []*gpuState
+	stamp               []uint32
+	ep                  uint32
+	mark                []uint32
+	markEp              uint32
+	g                   assign.Candidates
+	events              []gpuEvent
 }
 
 type gkey struct {
@@ -87,8 +93,9 @@ type groupState struct {
 // of each group for them, the groups they may use best first, and this round's ring.
 type kindState struct {
 	job   Job
-	gw    []float64 // by group; -Inf where a floor or the type rules it out
-	order []int32   // groups of finite weight, best first
+	gw    []float64    // by group; -Inf where a floor or the type rules it out
+	pv    [][2]float64 // by group: predicted offline and online throughput
+	order []int32      // groups of finite weight, best first
 	ring  *ringState
 	// member marks the depth's groups (by group) and sig hashes that set.
 	member []bool
@@ -208,7 +215,7 @@ func (in *incremental) groupOf(s gpuSlot, st *gpuState) int32 {
 
 // solveTopK plans a top-k round, keeping from the round before every list, price and
 // pair that still holds.
-func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error) {
+func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]float64, error) {
 	const alpha = 2
 	in := &p.inc
 	if len(in.groups) > maxGroups {
@@ -218,10 +225,16 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 	in.round++
 	round := in.round
 	events := in.events[:0]
+	in.curUUIDs, in.curGPUs = in.curUUIDs[:0], in.curGPUs[:0]
 	var gone []int32
 	for si := range slots {
 		s := &slots[si]
-		st := in.gpus[s.gpu.UUID]
+		var st *gpuState
+		if si < len(in.prevUUIDs) && in.prevUUIDs[si] == s.gpu.UUID {
+			st = in.prevGPUs[si] // same GPU in the same place as last round: no look-up
+		} else {
+			st = in.gpus[s.gpu.UUID]
+		}
 		gid := in.groupOf(*s, st)
 		free := s.gpu.MemoryFreeMiB
 		if st == nil {
@@ -239,6 +252,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 			st.changed = round
 		}
 		st.round, st.slotIx, st.group, st.free = round, int32(si), gid, free
+		in.curUUIDs, in.curGPUs = append(in.curUUIDs, s.gpu.UUID), append(in.curGPUs, st)
 		in.colFree[st.col], in.colGroup[st.col] = free, gid
 	}
 	if len(in.gpus) > len(slots) {
@@ -269,11 +283,12 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		if len(k.gw) < len(in.groups) {
 			for gi := len(k.gw); gi < len(in.groups); gi++ {
 				gr := in.groups[gi]
-				w := math.Inf(-1)
+				w, v := math.Inf(-1), [2]float64{}
 				if len(k.job.GPUTypes) == 0 || slices.Contains(k.job.GPUTypes, gr.typ) {
 					w = p.weight(k.job, gr.rep)
+					v[0], v[1] = p.predict(k.job.Profile, gr.rep)
 				}
-				k.gw = append(k.gw, w)
+				k.gw, k.pv = append(k.gw, w), append(k.pv, v)
 			}
 			k.order = k.order[:0]
 			for gi, w := range k.gw {
@@ -360,6 +375,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 	g.Start = append(g.Start[:0], 0)
 	g.Col, g.Weight = g.Col[:0], g.Weight[:0]
 	changed := len(events) > 0 || len(jobs) != len(in.lastIDs)
+	in.curIDs, in.curJobs = in.curIDs[:0], in.curJobs[:0]
 	hint := make([]int32, len(jobs))
 	for i := range jobs {
 		j := &jobs[i]
@@ -373,7 +389,12 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		if k.round != round {
 			prepare(k)
 		}
-		js := in.jobs[j.ID]
+		var js *jobState
+		if i < len(in.prevIDs) && in.prevIDs[i] == j.ID {
+			js = in.prevJobs[i]
+		} else {
+			js = in.jobs[j.ID]
+		}
 		if js == nil {
 			js = &jobState{col: -1, at: mix(hashString(j.ID))}
 			in.jobs[j.ID] = js
@@ -388,6 +409,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 			changed = true
 		}
 		js.round = round
+		in.curIDs, in.curJobs = append(in.curIDs, j.ID), append(in.curJobs, js)
 		hint[i] = js.col
 		for _, c := range js.list {
 			g.Col = append(g.Col, c)
@@ -407,6 +429,10 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		}
 	}
 	pl.Stats.Edges = len(g.Col)
+	in.prevIDs, in.curIDs = in.curIDs, in.prevIDs
+	in.prevJobs, in.curJobs = in.curJobs, in.prevJobs
+	in.prevUUIDs, in.curUUIDs = in.curUUIDs, in.prevUUIDs
+	in.prevGPUs, in.curGPUs = in.curGPUs, in.prevGPUs
 	if len(in.jobs) > len(jobs) {
 		for id, js := range in.jobs {
 			if js.round != round {
@@ -435,16 +461,21 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 	}()
 
 	out := make([]int, len(jobs))
+	pred := make([][2]float64, len(jobs))
+	result := func(i int, c int32) {
+		out[i] = -1
+		if c >= 0 {
+			out[i] = int(in.colGPU[c].slotIx)
+			pred[i] = in.prevJobs[i].kind.pv[in.colGroup[c]]
+		}
+	}
 	if in.solved && !changed {
 		// Nothing changed since the last solve: its pairs are still optimal.
 		pl.Stats.WarmStart = true
 		for i, c := range in.lastRowCol {
-			out[i] = -1
-			if c >= 0 {
-				out[i] = int(in.colGPU[c].slotIx)
-			}
+			result(i, c)
 		}
-		return out, nil
+		return out, pred, nil
 	}
 
 	var warm *assign.Prices
@@ -500,14 +531,14 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 		}
 		var err error
 		if warm, err = coarsePrices(g, gid, len(in.groups)+1); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		pl.Stats.CoarseStart = true
 	}
 	m, err := p.sparse.MaxWeightMatching(g, warm)
 	if err != nil {
 		in.reset()
-		return nil, fmt.Errorf("top-k matching: %w", err)
+		return nil, nil, fmt.Errorf("top-k matching: %w", err)
 	}
 	pl.Stats.Augmentations, pl.Stats.Repairs = m.Augmentations, m.Repairs
 	in.prices = m.Prices.Col
@@ -517,13 +548,10 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, error
 	for i, c := range m.RowCol {
 		in.lastIDs = append(in.lastIDs, jobs[i].ID)
 		in.lastRowCol = append(in.lastRowCol, int32(c))
-		in.jobs[jobs[i].ID].col = int32(c)
-		out[i] = -1
-		if c >= 0 {
-			out[i] = int(in.colGPU[c].slotIx)
-		}
+		in.prevJobs[i].col = int32(c)
+		result(i, int32(c))
 	}
-	return out, nil
+	return out, pred, nil
 }
 
 func cmpPoint(a, b ringPoint) int {

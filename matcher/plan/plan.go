@@ -165,6 +165,13 @@ type Planner struct {
 	cache  map[pairKey][2]float64
 	// inc is the top-k rounds' state kept between rounds (incr.go).
 	inc incremental
+	// Buffers kept between rounds.
+	seenGPU, running, seenJob map[string]bool
+	slots                     []gpuSlot
+	pending                   []Job
+	// order is the pending jobs sorted by id, for pending jobs orderIDs.
+	order           []int32
+	orderIDs, idBuf []string
 	// noCoarse skips the coarse first round (tests compare with it).
 	noCoarse bool
 }
@@ -196,9 +203,15 @@ type gpuSlot struct {
 // Plan computes the next round's plan. Jobs already running somewhere (a
 // report lists them as a GPU's offline workload) are skipped.
 func (p *Planner) Plan(reports []profile.NodeReport, jobs []Job) (*Plan, error) {
-	seenGPU := map[string]bool{}
-	running := map[string]bool{}
-	var slots []gpuSlot
+	// The sets are kept between rounds (cleared, not reallocated).
+	if p.seenGPU == nil {
+		p.seenGPU, p.running, p.seenJob = map[string]bool{}, map[string]bool{}, map[string]bool{}
+	}
+	seenGPU, running, seenJob := p.seenGPU, p.running, p.seenJob
+	clear(seenGPU)
+	clear(running)
+	clear(seenJob)
+	slots := p.slots[:0]
 	total := 0
 	for ri := range reports {
 		r := &reports[ri]
@@ -227,8 +240,7 @@ func (p *Planner) Plan(reports []profile.NodeReport, jobs []Job) (*Plan, error) 
 			slots = append(slots, s)
 		}
 	}
-	seenJob := map[string]bool{}
-	var pending []Job
+	pending := p.pending[:0]
 	for _, j := range jobs {
 		if err := j.Validate(); err != nil {
 			return nil, err
@@ -241,6 +253,7 @@ func (p *Planner) Plan(reports []profile.NodeReport, jobs []Job) (*Plan, error) 
 			pending = append(pending, j)
 		}
 	}
+	p.slots, p.pending = slots, pending
 	p.gen++
 	pl := &Plan{Generation: p.gen, Time: time.Now().UTC(), Predictor: p.cfg.Predictor.Name(), Assignments: []Assignment{},
 		Unassigned: map[string]string{}, Stats: Stats{Jobs: len(pending), GPUs: total, EligibleGPUs: len(slots)}}
@@ -254,18 +267,33 @@ func (p *Planner) Plan(reports []profile.NodeReport, jobs []Job) (*Plan, error) 
 	pl.Mode = mode
 	start := time.Now()
 	var rowCol []int
+	var pred [][2]float64 // top-k: each row's predicted throughputs
 	var err error
 	if mode == Exact {
 		rowCol, err = p.solveExact(pl, pending, slots)
 	} else {
-		rowCol, err = p.solveTopK(pl, pending, slots)
+		rowCol, pred, err = p.solveTopK(pl, pending, slots)
 	}
 	if err != nil {
 		return nil, err
 	}
 	pl.Stats.SolveSeconds = time.Since(start).Seconds()
-	for i, j := range rowCol {
-		job := pending[i]
+	// Assignments by job id: the order sorted last round is kept while the
+	// pending jobs are the same ones in the same order.
+	order := p.order
+	if !slices.Equal(p.orderIDs, p.ids(pending)) || len(order) != len(pending) {
+		order = order[:0]
+		for i := range pending {
+			order = append(order, int32(i))
+		}
+		slices.SortFunc(order, func(a, b int32) int { return cmpString(pending[a].ID, pending[b].ID) })
+		p.order = order
+		p.orderIDs = append(p.orderIDs[:0], p.idBuf...)
+	}
+	pl.Assignments = make([]Assignment, 0, len(pending))
+	for _, i := range order {
+		j := rowCol[i]
+		job := &pending[i]
 		if j < 0 {
 			if _, ok := pl.Unassigned[job.ID]; !ok {
 				pl.Unassigned[job.ID] = ReasonOutbid
@@ -273,7 +301,12 @@ func (p *Planner) Plan(reports []profile.NodeReport, jobs []Job) (*Plan, error) 
 			continue
 		}
 		s := slots[j]
-		off, on := p.predict(job.Profile, s)
+		var off, on float64
+		if pred != nil {
+			off, on = pred[i][0], pred[i][1]
+		} else {
+			off, on = p.predict(job.Profile, s)
+		}
 		a := Assignment{Job: job.ID, Node: s.node, GPU: s.gpu.UUID, GPUType: s.gpu.Type, Tput: off, OnlineTput: on,
 			Weight: off + p.cfg.OnlineWeight*on}
 		if s.gpu.Online != nil {
@@ -282,8 +315,16 @@ func (p *Planner) Plan(reports []profile.NodeReport, jobs []Job) (*Plan, error) 
 		pl.Assignments = append(pl.Assignments, a)
 		pl.Stats.TotalWeight += a.Weight
 	}
-	slices.SortFunc(pl.Assignments, func(a, b Assignment) int { return cmpString(a.Job, b.Job) })
 	return pl, nil
+}
+
+// ids lists the pending jobs' ids (in a buffer kept between rounds).
+func (p *Planner) ids(pending []Job) []string {
+	p.idBuf = p.idBuf[:0]
+	for i := range pending {
+		p.idBuf = append(p.idBuf, pending[i].ID)
+	}
+	return p.idBuf
 }
 
 func cmpString(a, b string) int {
