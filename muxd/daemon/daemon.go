@@ -99,6 +99,7 @@ type Daemon struct {
 	reg      *registry.Registry
 	ids      idLocks            // serialises registry and control-block changes per id
 	exits    *procwatch.Watcher // unregisters containers whose process exits
+	pidw     pidWatches         // pid files watched for muxflow-runtime (pidwatch.go)
 	stopping atomic.Bool
 	controls *blocks.Manager
 	inv      inventory.Inventory
@@ -275,6 +276,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.removeOrphanControls()
 	defer func() {
 		d.stopping.Store(true)
+		d.pidw.closeAll()
 		d.exits.Close()
 	}()
 	ln, err := d.listen()

@@ -299,7 +299,7 @@ func TestPolicyReloadEndpoint(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, path, text string) {
+func writeFile(t testing.TB, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)

@@ -68,3 +68,13 @@ func peerUID(ctx context.Context) (int, error) {
 	}
 	return pc.uid, nil
 }
+
+// peerPID is the pid of the process at the other end of the request's connection, as
+// muxd sees it; 0 when unknown (or not in muxd's pid namespace).
+func peerPID(ctx context.Context) int {
+	pc, ok := ctx.Value(credKey{}).(peerCred)
+	if !ok || pc.err != nil {
+		return 0
+	}
+	return pc.pid
+}

@@ -43,8 +43,11 @@ func (d *Daemon) runtimeRoutes(mux *http.ServeMux) {
 
 // runtimeCreate answers muxflow-runtime's create request: the query names the container
 // (id, bundle, and hook = muxflow-hook's path when the spec is to get the createRuntime hook
-// that reports the pid) and the body is the bundle's config.json. 204: not a GPU
-// container, run it unchanged; 200: the wired config.json, the container is registered.
+// that reports the pid, or pid_file = the absolute path of the runtime's pid file, which
+// muxd then watches when it can: pidwatch.go) and the body is the bundle's config.json.
+// 204: not a GPU container, run it unchanged; 200: the wired config.json, the container is
+// registered, and the runtime reports its pid; 201: the same, and muxd watches the pid
+// file (the runtime reports nothing).
 // The three steps: package prepare inspects the spec and makes the registration
 // (policy/classify), muxd registers it as POST /v1/containers does, and prepare wires the
 // spec for the registered container; when the wiring fails, the registration is undone.
@@ -76,8 +79,16 @@ func (d *Daemon) runtimeCreate(r *http.Request) (int, []byte, error) {
 		}
 		return http.StatusInternalServerError, nil, err
 	}
+	code = http.StatusOK
+	if pidFile := q.Get("pid_file"); pidFile != "" && req.HookBinary == "" {
+		if err := d.watchPidFile(c.ID, pidFile, peerPID(r.Context())); err != nil {
+			d.log.Info("not watching the runtime's pid file; the runtime reports the pid", "id", c.ID, "pid_file", pidFile, "err", err)
+		} else {
+			code = http.StatusCreated
+		}
+	}
 	d.log.Info("GPU container wired", "id", c.ID, "class", c.Class, "bundle", req.Bundle)
-	return http.StatusOK, out, nil
+	return code, out, nil
 }
 
 // runtimeHook receives the OCI state muxflow-hook read from its stdin: create-runtime

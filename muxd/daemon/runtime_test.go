@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -237,6 +238,92 @@ func TestRuntimeEndpointsAreRootOnly(t *testing.T) {
 	for _, path := range []string{createPath("c1", "/", "/bin/sh"), api.Prefix + "/runtime/hooks/poststop"} {
 		if out := asNobody("POST", path); !strings.HasSuffix(out, "403") || !strings.Contains(out, "uid 65534 may not use muxd's runtime endpoints (root only)") {
 			t.Errorf("POST %s as an allowed non-root uid: %s, want 403", path, out)
+		}
+	}
+}
+
+// TestRuntimeCreateWatchesPidFile: with pid_file and no hook, muxd answers 201 and records
+// the pid the runtime writes into the file (a stale file is not taken for it); without
+// pid_file, or with a path it cannot watch, it answers 200 as before.
+func TestRuntimeCreateWatchesPidFile(t *testing.T) {
+	n, hook := runtimeNode(t)
+	ctx := context.Background()
+	bundle := filepath.Join(n.dir, "bundle")
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gpu := specWith([]string{"NVIDIA_VISIBLE_DEVICES=0"}, map[string]string{"muxflow.io/class": "offline"})
+	create := func(id, pidFile, hook string) int {
+		q := url.Values{"id": {id}, "bundle": {bundle}}
+		if pidFile != "" {
+			q.Set("pid_file", pidFile)
+		}
+		if hook != "" {
+			q.Set("hook", hook)
+		}
+		code, _, body := post(t, n.socket, api.Prefix+"/runtime/create?"+q.Encode(), gpu)
+		if code != http.StatusOK && code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", id, code, body)
+		}
+		return code
+	}
+	waitState := func(id string, ok func(api.Container, error) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			c, err := n.client.Container(ctx, id)
+			if ok(c, err) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v %v", id, c, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// runc writes a temporary file and renames it.
+	writePid := func(path string, pid int) {
+		tmp := path + ".tmp"
+		writeFile(t, tmp, strconv.Itoa(pid))
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	pidFile := filepath.Join(bundle, "init.pid")
+	writeFile(t, pidFile, "1") // stale: must not be taken for the runtime's
+	if code := create("w1", pidFile, ""); code != http.StatusCreated {
+		t.Fatalf("create with pid_file: %d, want 201", code)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if c, err := n.client.Container(ctx, "w1"); err != nil || c.State != api.StateCreated {
+		t.Fatalf("before the pid file: %+v %v", c, err)
+	}
+	pid := containerProcess(t)
+	writePid(pidFile, pid)
+	waitState("w1", func(c api.Container, err error) bool { return err == nil && c.State == api.StateRunning && c.PID == pid })
+
+	// A pid file naming a process that has exited already (a short `runc run`): forgotten.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pidFile2 := filepath.Join(bundle, "w2.pid")
+	if code := create("w2", pidFile2, ""); code != http.StatusCreated {
+		t.Fatalf("create w2: %d, want 201", code)
+	}
+	writePid(pidFile2, gone.Process.Pid)
+	waitState("w2", func(_ api.Container, err error) bool { return client.IsNotFound(err) })
+
+	// What muxd cannot or need not watch: 200, and the runtime reports the pid.
+	for _, tc := range []struct{ id, pidFile, hook string }{
+		{"n1", "", ""},
+		{"n2", "relative.pid", ""},
+		{"n3", filepath.Join(n.dir, "no-such-dir", "init.pid"), ""},
+		{"n4", filepath.Join(bundle, "n4.pid"), hook},
+	} {
+		if code := create(tc.id, tc.pidFile, tc.hook); code != http.StatusOK {
+			t.Errorf("%s: %d, want 200", tc.id, code)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 /* pidreport.c: muxd needs a GPU container's host pid. An OCI createRuntime
  * hook would give it, but runc starting a hook costs a process start and a
- * few milliseconds on every container's start. Instead, muxflow-runtime
+ * few milliseconds on every container's start. muxflow-runtime names the pid
+ * file in its create request, and muxd watches it itself when it can
+ * (muxd/daemon/pidwatch.go, answer 201). Otherwise (answer 200: an older
+ * muxd, or one that cannot see or watch the file), muxflow-runtime
  * forks a small reporter just before it execs the runtime: the reporter
  * waits, off the runtime's path and on another core, for the pid file the
  * runtime writes once the container's process exists (--pid-file, which
@@ -274,6 +277,15 @@ int pidreport_spawn(struct pidreport *pr, const struct pidreport_target *t)
 	close(pr->runtime_pidfd);
 	pr->inotify_fd = pr->runtime_pidfd = -1;
 	return 0;
+}
+
+void pidreport_release(struct pidreport *pr)
+{
+	if (pr->inotify_fd >= 0)
+		close(pr->inotify_fd);
+	if (pr->runtime_pidfd >= 0)
+		close(pr->runtime_pidfd);
+	pr->inotify_fd = pr->runtime_pidfd = -1;
 }
 
 void pidreport_cancel(struct pidreport *pr)

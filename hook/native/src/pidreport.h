@@ -49,6 +49,11 @@ int pidreport_prepare(struct pidreport *pr, const char *pid_file, const char *bu
  * Returns 0, or -1 when the fork failed. */
 int pidreport_spawn(struct pidreport *pr, const struct pidreport_target *t);
 
+/* pidreport_release closes what pidreport_prepare opened, when muxd watches
+ * the pid file itself (it answered the create request with 201) and no
+ * reporter is spawned. */
+void pidreport_release(struct pidreport *pr);
+
 /* pidreport_cancel stops the reporter when the runtime could not be
  * exec'd: the caller unregisters the container itself. */
 void pidreport_cancel(struct pidreport *pr);

@@ -112,13 +112,15 @@ static void unregister(void)
 	muxd_unregister(pol.socket, pol.timeout_ns, inv.id);
 }
 
-/* create_target names the container for muxd; with hook (NULL: none), muxd
- * adds it to the spec as the createRuntime hook that reports the pid. */
-static char *create_target(const char *hook)
+/* create_target names the container for muxd, with one of: hook, which muxd
+ * adds to the spec as the createRuntime hook that reports the pid, or
+ * pid_file, the runtime's pid file, which muxd watches itself when it can
+ * (then it answers 201 instead of 200). */
+static char *create_target(const char *hook, const char *pid_file)
 {
-	const char *vals[3] = {inv.id, inv.bundle, hook};
-	const char *keys[3] = {"?id=", "&bundle=", "&hook="};
-	int nvals = hook ? 3 : 2;
+	const char *vals[3] = {inv.id, inv.bundle, hook ? hook : pid_file};
+	const char *keys[3] = {"?id=", "&bundle=", hook ? "&hook=" : "&pid_file="};
+	int nvals = hook || pid_file ? 3 : 2;
 	size_t cap = 64, w;
 	char *t;
 
@@ -165,7 +167,7 @@ static _Noreturn void gpu_create(char **argv)
 	/* This program reports the pid itself when it can watch the pid file;
 	 * otherwise muxd adds muxflow-hook as the container's createRuntime hook. */
 	report_pid = pidreport_prepare(&pr, inv.pid_file, inv.bundle) == 0;
-	if (!(target = create_target(report_pid ? NULL : hook)))
+	if (!(target = create_target(report_pid ? NULL : hook, report_pid ? pr.path : NULL)))
 		fail("muxflow-runtime: out of memory");
 	struct muxd_request req = {.socket = pol.socket, .timeout_ns = pol.timeout_ns,
 				   .method = "POST", .target = target,
@@ -197,11 +199,20 @@ static _Noreturn void gpu_create(char **argv)
 		exec_runtime(argv);
 		fail("muxflow-runtime: exec %s: %s", runtime_path, strerror(errno));
 	}
-	if (resp->status == 200) {
+	if (resp->status == 200 || resp->status == 201) {
 		if (resp->body_len == 0) {
 			unregister();
 			fail("muxflow-runtime: muxd's answer to the create request was malformed: "
-			     "a 200 answer without a config.json");
+			     "a %d answer without a config.json", resp->status);
+		}
+		/* 201: muxd watches the pid file itself; no reporter. */
+		if (report_pid && resp->status == 201) {
+			pidreport_release(&pr);
+			report_pid = false;
+			if (pr.added && !(argv = with_pid_file(argv, pr.path))) {
+				unregister();
+				fail("muxflow-runtime: out of memory");
+			}
 		}
 		if (config_replace(&cf, resp->body, resp->body_len, err, sizeof err) != 0) {
 			unregister();

@@ -396,15 +396,15 @@ static bool config_is(struct env *e, const char *data, size_t len)
 	return file_is(P("%s/config.json", e->bundle), data, len);
 }
 
-static char *create_request(const char *id, const char *bundle, const char *hook, const char *body, size_t len,
+static char *create_request(const char *id, const char *bundle, const char *pid_file, const char *body, size_t len,
 			    size_t *outlen)
 {
-	char *pi = pct(id), *pb = pct(bundle), *ph = hook ? pct(hook) : strdup("");
+	char *pi = pct(id), *pb = pct(bundle), *ph = pid_file ? pct(pid_file) : strdup("");
 	char *r = malloc(strlen(pi) + strlen(pb) + strlen(ph) + len + 512);
 	int n = sprintf(r,
 			"POST /v1/runtime/create?id=%s&bundle=%s%s%s HTTP/1.1\r\nHost: muxd\r\nConnection: close\r\n"
 			"Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-			pi, pb, hook ? "&hook=" : "", ph, len);
+			pi, pb, pid_file ? "&pid_file=" : "", ph, len);
 	memcpy(r + n, body, len);
 	*outlen = (size_t)n + len;
 	free(pi);
@@ -456,8 +456,8 @@ static void test_gpu_create_204(void)
 	CHECK(ran(&e, "fakerunc", args), "204: the runtime did not get the arguments unchanged");
 	CHECK(config_is(&e, gpu_spec, sizeof gpu_spec - 1), "204: config.json changed");
 	size_t len;
-	/* No hook: muxflow-runtime reports the pid itself. */
-	char *want = create_request("c1", e.bundle, NULL, gpu_spec, sizeof gpu_spec - 1, &len);
+	/* No hook: the pid file muxflow-runtime would add, for muxd to watch. */
+	char *want = create_request("c1", e.bundle, P("%s/muxflow-init.pid", e.bundle), gpu_spec, sizeof gpu_spec - 1, &len);
 	size_t glen;
 	char *got = read_file(P("%s/req.0", e.dir), &glen);
 	CHECK(got && glen == len && memcmp(got, want, len) == 0, "204: request\n%.*s\nwant\n%s", (int)glen, got, want);
@@ -509,10 +509,11 @@ static void test_gpu_create_200(void)
 	CHECK(!exists(P("%s/bun dle/config.json.muxflow-tmp", e.dir)), "200: temporary file left");
 	size_t len, glen;
 	char *bundle = P("%s/bun dle", e.dir);
-	char *want = create_request("my c1", bundle, NULL, gpu_spec, sizeof gpu_spec - 1, &len);
+	char *want = create_request("my c1", bundle, pidfile, gpu_spec, sizeof gpu_spec - 1, &len);
 	char *got = read_file(P("%s/req.0", e.dir), &glen);
 	CHECK(got && glen == len && memcmp(got, want, len) == 0, "200: request\n%.*s\nwant\n%s", (int)glen, got, want);
-	CHECK(got && strstr(got, "?id=my%20c1&bundle=%2F") && strstr(got, "bun%20dle HTTP/1.1"),
+	CHECK(got && strstr(got, "?id=my%20c1&bundle=%2F") && strstr(got, "bun%20dle&pid_file=%2F") &&
+		      strstr(got, "muxflow-init.pid HTTP/1.1"),
 	      "200: percent-encoding: %.200s", got);
 	char *log = read_file(e.log, &len);
 	CHECK(log && strncmp(log, "time=\"", 6) == 0 &&
@@ -521,6 +522,38 @@ static void test_gpu_create_200(void)
 	free(want);
 	free(got);
 	free(log);
+	done(&r);
+}
+
+/* 201: muxd watches the pid file itself, so nothing reports the pid; the
+ * pid file is still added to a command line without one. */
+static void test_gpu_create_201(void)
+{
+	struct env e;
+	struct muxd m;
+	char answer[1024];
+	int n = snprintf(answer, sizeof answer, "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+			 sizeof wired_spec - 1, wired_spec);
+	struct answer a[] = {{answer, (size_t)n}};
+	setup(&e, "gpu-201", POLICY, gpu_spec, sizeof gpu_spec - 1);
+	muxd_start(&m, &e, 1, a);
+	const char *args[] = {"--log", e.log, "create", "--bundle", e.bundle, "c1", NULL};
+	struct result r = run(&e, "muxflow-runtime", args, NULL, 0);
+	CHECK(muxd_done(&m), "201: muxd did not get the create");
+	CHECK(r.status == 0 && r.errlen == 0, "201: status %d, stderr %s", r.status, r.err);
+	char *pidfile = P("%s/muxflow-init.pid", e.bundle);
+	const char *with_pid[] = {"--log", e.log, "create", "--pid-file", pidfile, "--bundle", e.bundle, "c1", NULL};
+	CHECK(ran(&e, "fakerunc", with_pid), "201: the runtime did not get the arguments with the pid file added");
+	CHECK(config_is(&e, wired_spec, sizeof wired_spec - 1), "201: config.json is not muxd's");
+	size_t len, glen;
+	char *want = create_request("c1", e.bundle, pidfile, gpu_spec, sizeof gpu_spec - 1, &len);
+	char *got = read_file(P("%s/req.0", e.dir), &glen);
+	CHECK(got && glen == len && memcmp(got, want, len) == 0, "201: request\n%.*s\nwant\n%s", (int)glen, got, want);
+	/* Give a reporter, were there one, the time to call. */
+	usleep(200 * 1000);
+	CHECK(!exists(P("%s/req.1", e.dir)), "201: something reported the pid to muxd");
+	free(want);
+	free(got);
 	done(&r);
 }
 
@@ -972,6 +1005,7 @@ int main(int argc, char **argv)
 	test_non_gpu_create();
 	test_gpu_create_204();
 	test_gpu_create_200();
+	test_gpu_create_201();
 	test_gpu_create_reports_pid();
 	test_gpu_create_runtime_fails_early();
 	test_gpu_create_refused();
