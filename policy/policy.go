@@ -136,6 +136,12 @@ type Alloc struct {
 	// DayLength is the period of the online workload's daily pattern, which the
 	// allocator learns; experiments on compressed time shorten it.
 	DayLength Duration `toml:"day_length"`
+	// Fit sizes a GPU's offline MPS active-thread percentage so that its online kernels
+	// (their width as libxcuda measures it) fit in the SMs the offline contexts leave,
+	// when that leaves offline at least FitMin; offline processes created so need not
+	// hold their launches for online work.
+	Fit    bool    `toml:"fit"`
+	FitMin Percent `toml:"fit_min"`
 }
 
 // Errors configures the mixed error handler.
@@ -313,6 +319,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.Alloc.GiveBack <= 0 {
 		add("alloc.give_back", "must be above 0%%")
+	}
+	if p.Alloc.FitMin < 1 || p.Alloc.FitMin > p.Classes.Offline.SMMax {
+		add("alloc.fit_min", "must be between 1%% and classes.offline.sm_max (%v%%), got %v%%", float64(p.Classes.Offline.SMMax), float64(p.Alloc.FitMin))
 	}
 	positive("evict.grace", p.Evict.Grace, "with none, SIGKILL follows SIGTERM at once and offline work cannot drain, which is what keeps online work safe")
 	if p.Evict.Grace.D() > 10*60e9 {

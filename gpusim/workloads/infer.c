@@ -11,6 +11,7 @@
  *   p*_ms  arrival to completion by the host's wall clock (queueing and host
  *          delays included). */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,7 @@ static void usage(void)
 		"usage: infer [--rate constant:QPS|diurnal:MIN:MAX:PERIOD_S|bursty:BASE:PEAK:ON_MS:PERIOD_MS|csv:FILE]\n"
 		"             [--duration S] [--kernels N] [--kernel-us U] [--grid BLOCKS] [--threads T] [--bw F]\n"
 		"             [--io-bytes B] [--device D] [--uniform] [--seed N] [--dlsym] [--trace FILE]\n"
+		"             [--warmup]\n"
 		"Prints one JSON line. req_p50_ms..req_mean_ms: request latency from arrival to\n"
 		"completion, queueing included, rebuilt as a FIFO single-server queue from each\n"
 		"request's scheduled arrival a_i and GPU-side time g_i (events around it, waits for\n"
@@ -171,14 +173,70 @@ static void usage(void)
 		"gpu_p50_ms..gpu_mean_ms: g_i alone. p50_ms..mean_ms: arrival to completion by the\n"
 		"host clock (includes host scheduling delays). --trace FILE writes one line per\n"
 		"completed request: start_s,latency_ms,gpu_ms,req_ms (scheduled arrival, host-clock\n"
-		"latency, GPU-side time, request latency).\n");
+		"latency, GPU-side time, request latency).\n"
+		"--warmup: serve requests at the trace's starting rate, unmeasured, until SIGUSR1,\n"
+		"then run the measured schedule (a service that was up before its neighbours came).\n");
+}
+
+static volatile sig_atomic_t measure_now;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	measure_now = 1;
+}
+
+/* One request: input copy, kernels, output copy, synchronisation; its GPU-side time in
+ * *gms when it succeeded. */
+static CUresult serve(struct drv *d, CUstream st, CUfunction fn, CUevent ev0, CUevent ev1,
+		      CUdeviceptr buf, char *host, uint64_t io, int kernels, unsigned grid,
+		      unsigned threads, float *gms)
+{
+	CUresult r = d->EventRecord(ev0, st);
+	if (r == CUDA_SUCCESS && io > 0)
+		r = d->MemcpyHtoDAsync(buf, host, io, st);
+	for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
+		r = d->LaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, st, NULL, NULL);
+	if (r == CUDA_SUCCESS && io > 0)
+		r = d->MemcpyDtoHAsync(host, buf, io, st);
+	if (r == CUDA_SUCCESS)
+		r = d->EventRecord(ev1, st);
+	if (r == CUDA_SUCCESS)
+		r = d->StreamSynchronize(st);
+	if (r == CUDA_SUCCESS)
+		r = d->EventElapsedTime(gms, ev0, ev1);
+	return r;
+}
+
+/* Serves the trace's starting rate (Poisson or evenly spaced) until SIGUSR1 (sleeping in short steps so that the
+ * measured schedule starts within a few milliseconds of it). */
+static CUresult warm_up(struct drv *d, struct trace *tr, int poisson, CUstream st, CUfunction fn,
+			CUevent ev0, CUevent ev1, CUdeviceptr buf, char *host, uint64_t io, int kernels,
+			unsigned grid, unsigned threads)
+{
+	double r0 = rate_at(tr, 0) > 0 ? rate_at(tr, 0) : 1;
+	double t0 = now_s(), a = 0;
+	while (!measure_now) {
+		double t = now_s();
+		if (t < t0 + a) {
+			double step = t0 + a - t;
+			sleep_until(t + (step < 0.005 ? step : 0.005));
+			continue;
+		}
+		float gms;
+		CUresult r = serve(d, st, fn, ev0, ev1, buf, host, io, kernels, grid, threads, &gms);
+		if (r != CUDA_SUCCESS)
+			return r;
+		a += poisson ? -log(urand()) / r0 : 1 / r0;
+	}
+	return CUDA_SUCCESS;
 }
 
 int main(int argc, char **argv)
 {
 	const char *rate = "constant:100";
 	double duration = 5, kernel_us = 250, bw = 0.3;
-	int kernels = 4, device = 0, poisson = 1, use_dlsym = 0;
+	int kernels = 4, device = 0, poisson = 1, use_dlsym = 0, warmup = 0;
 	const char *trace_path = NULL;
 	unsigned grid = 264, threads = 256;
 	uint64_t io = 64 << 10;
@@ -190,6 +248,9 @@ int main(int argc, char **argv)
 			continue;
 		} else if (strcmp(a, "--uniform") == 0) {
 			poisson = 0;
+			continue;
+		} else if (strcmp(a, "--warmup") == 0) {
+			warmup = 1;
 			continue;
 		}
 		if (v == NULL) {
@@ -279,26 +340,24 @@ int main(int argc, char **argv)
 	struct latencies lat = {0};
 	long requests = 0, errors = 0;
 	CUresult first = CUDA_SUCCESS;
+	if (warmup) {
+		struct sigaction sa = {.sa_handler = on_usr1};
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGUSR1, &sa, NULL);
+		if ((r = warm_up(&d, &tr, poisson, st, fn, ev0, ev1, buf, host, io, kernels, grid, threads)) !=
+		    CUDA_SUCCESS) {
+			printf("{\"error\":\"warm-up: %s\"}\n", drv_errname(&d, r));
+			return 3;
+		}
+	}
 	double t0 = now_s();
 	double arrival = next_arrival(&tr, 0, poisson);
 	while (arrival < duration) {
 		sleep_until(t0 + arrival);
 		requests++;
-		r = d.EventRecord(ev0, st);
-		if (r == CUDA_SUCCESS && io > 0)
-			r = d.MemcpyHtoDAsync(buf, host, io, st);
-		for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
-			r = d.LaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, st, NULL, NULL);
-		if (r == CUDA_SUCCESS && io > 0)
-			r = d.MemcpyDtoHAsync(host, buf, io, st);
-		if (r == CUDA_SUCCESS)
-			r = d.EventRecord(ev1, st);
-		if (r == CUDA_SUCCESS)
-			r = d.StreamSynchronize(st);
-		double done = now_s() - t0;
 		float gms = 0;
-		if (r == CUDA_SUCCESS)
-			r = d.EventElapsedTime(&gms, ev0, ev1);
+		r = serve(&d, st, fn, ev0, ev1, buf, host, io, kernels, grid, threads, &gms);
+		double done = now_s() - t0;
 		if (r != CUDA_SUCCESS) {
 			errors++;
 			if (first == CUDA_SUCCESS)

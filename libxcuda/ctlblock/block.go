@@ -82,6 +82,10 @@ type Signal struct {
 	// Ahead: hold an offline launch that would still run when the next request of a
 	// regular online service is due (AheadDefault = on).
 	Ahead HoldAhead
+	// FitPercent: an offline process whose MPS active-thread percentage is at most this
+	// leaves the online kernels of its GPUs room to run at once, so it neither holds
+	// nor bounds its launches for them (0: none does). Re-read every 32nd launch.
+	FitPercent uint32
 }
 
 // Unlimited returns limits that let everything through.
@@ -116,6 +120,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("hold queue %v is outside 0..%v", l.Signal.Queue, QueueMax)
 	case l.Signal.Ahead > AheadOff:
 		return fmt.Errorf("unknown hold-ahead setting %d", l.Signal.Ahead)
+	case l.Signal.FitPercent > 100:
+		return fmt.Errorf("online fit percentage %d is above 100", l.Signal.FitPercent)
 	}
 	return nil
 }
@@ -145,6 +151,10 @@ type Usage struct {
 	// AheadHeld is the part of OnlineHeld spent holding ahead of a predicted online
 	// request (Signal.Ahead).
 	AheadHeld time.Duration
+	// OnlineWidth is, per device ordinal, the share of the device's SMs (0..1) the
+	// widest sampled launch of the container's online processes needed in libxcuda's
+	// current 8-second epoch (see xcuda_ctl.h online_width); nil when none was seen.
+	OnlineWidth []float64
 	// StickyErrors counts context-destroying errors the driver returned to the
 	// container's processes (seen at synchronisation); LastSticky is the latest
 	// CUresult and LastStickyAt when it was seen.
@@ -476,6 +486,7 @@ func fillLimits(r *rawLimits, l Limits) {
 	r.HoldMaxBP = l.Signal.HoldMaxBP
 	r.QueueNS = uint64(l.Signal.Queue)
 	r.HoldAhead = uint32(l.Signal.Ahead)
+	r.OnlineFitPct = l.Signal.FitPercent
 	for d := range MaxDevices {
 		r.MemLimit[d] = at(l.MemoryBytes, d)
 		r.MPSPinnedLimit[d] = at(l.MPSPinnedMemBytes, d)
@@ -499,6 +510,7 @@ func storeLimits(r *rawLimits, l Limits) {
 	atomic.StoreUint32(&r.HoldMaxBP, n.HoldMaxBP)
 	atomic.StoreUint64(&r.QueueNS, n.QueueNS)
 	atomic.StoreUint32(&r.HoldAhead, n.HoldAhead)
+	atomic.StoreUint32(&r.OnlineFitPct, n.OnlineFitPct)
 	for d := range MaxDevices {
 		atomic.StoreUint64(&r.MemLimit[d], n.MemLimit[d])
 		atomic.StoreUint64(&r.MPSPinnedLimit[d], n.MPSPinnedLimit[d])
@@ -523,6 +535,7 @@ func loadLimits(r *rawLimits) Limits {
 			HoldMaxBP:  atomic.LoadUint32(&r.HoldMaxBP),
 			Queue:      time.Duration(atomic.LoadUint64(&r.QueueNS)),
 			Ahead:      HoldAhead(atomic.LoadUint32(&r.HoldAhead)),
+			FitPercent: atomic.LoadUint32(&r.OnlineFitPct),
 		},
 	}
 	for d := range MaxDevices {

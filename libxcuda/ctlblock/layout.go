@@ -9,7 +9,7 @@ import "time"
 
 // Sizes and limits shared with the C header.
 const (
-	Version            = 4
+	Version            = 5
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -105,7 +105,7 @@ type rawLimits struct {
 	HoldPeriodNS       uint64             `c:"hold_period_ns"`
 	QueueNS            uint64             `c:"queue_ns"`
 	HoldAhead          uint32             `c:"hold_ahead"`
-	Reserved32         uint32             `c:"reserved32"`
+	OnlineFitPct       uint32             `c:"online_fit_pct"`
 	Reserved           [10]uint64         `c:"reserved"`
 }
 
@@ -138,7 +138,8 @@ type rawUsage struct {
 	MemRecoveries  uint32             `c:"mem_recoveries"`
 	OnlineHeldNS   uint64             `c:"online_held_ns"`
 	AheadHeldNS    uint64             `c:"ahead_held_ns"`
-	Reserved       [11]uint64         `c:"reserved"`
+	OnlineWidth    [MaxDevices]uint32 `c:"online_width"`
+	Reserved       [3]uint64          `c:"reserved"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
 }
 

@@ -170,6 +170,7 @@ func parseRaw(r *rawUsage, n int, now time.Time) (Usage, error) {
 	}
 	out.ReservedBytes = perDevice(&r.ReservedBytes, func(d int) string { return fmt.Sprintf("reserved memory of device %d", d) })
 	out.PeakBytes = perDevice(&r.PeakBytes, func(d int) string { return fmt.Sprintf("peak memory of device %d", d) })
+	out.OnlineWidth = onlineWidths(&r.OnlineWidth, note)
 	for i := range r.Procs {
 		p := &r.Procs[i]
 		if p.PID == 0 {
@@ -202,6 +203,32 @@ func parseRaw(r *rawUsage, n int, now time.Time) (Usage, error) {
 	}
 	return out, nil
 }
+
+// onlineWidths turns the packed per-device online widths into shares of the device's
+// SMs (the epoch is libxcuda's business: a new one starts over from its first launch), a
+// slice without trailing zeros; a width above 100% is noted and clamped.
+func onlineWidths(v *[MaxDevices]uint32, note func(string, ...any)) []float64 {
+	n := MaxDevices
+	for n > 0 && v[n-1]&widthBPMask == 0 {
+		n--
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]float64, n)
+	for d := range n {
+		bp := v[d] & widthBPMask
+		if bp > ShareFull {
+			note("online width of device %d is %d basis points", d, bp)
+			bp = ShareFull
+		}
+		out[d] = float64(bp) / ShareFull
+	}
+	return out
+}
+
+// widthBPMask selects the basis points of a packed online width (XCUDA_WIDTH_BP_MASK).
+const widthBPMask = 0xffff
 
 // slotted names a value of process slot slot (-1: of the container) in a reason.
 func slotted(what string, slot int) string {

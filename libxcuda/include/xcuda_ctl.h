@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 4u
+#define XCUDA_CTL_VERSION 5u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -75,6 +75,14 @@
 #define XCUDA_AHEAD_DEFAULT 0u                    /* hold_ahead: 0 = default (on) */
 #define XCUDA_AHEAD_ON 1u
 #define XCUDA_AHEAD_OFF 2u
+/* Version 5: online processes publish how wide their kernels are (usage online_width,
+ * see below), muxd sizes the offline contexts' MPS active-thread percentage so that the
+ * online kernels fit beside them, and tells offline processes up to which percentage
+ * they leave that room (limits online_fit_pct): such a process need not hold or bound
+ * its launches for online work, which no longer waits for its SMs. */
+#define XCUDA_WIDTH_BP_MASK 0xffffu   /* online_width: low 16 bits, basis points */
+#define XCUDA_WIDTH_EPOCH_SHIFT 16u    /* high 16 bits: CLOCK_MONOTONIC / WIDTH_EPOCH_NS */
+#define XCUDA_WIDTH_EPOCH_NS 8000000000ull /* 8 s: the widest launch of each epoch */
 
 typedef struct xcuda_header {
     uint64_t magic;   /* XCUDA_LIMITS_MAGIC or XCUDA_USAGE_MAGIC */
@@ -105,7 +113,10 @@ typedef struct xcuda_limits {
      * gated launch). */
     uint64_t queue_ns;              /* outstanding GPU time while online is active; 0 = default */
     uint32_t hold_ahead;            /* XCUDA_AHEAD_*: hold before a regular online arrival */
-    uint32_t reserved32;
+    /* Version 5: an offline process created with an MPS active-thread percentage at
+     * most this leaves room for the online kernels of its GPUs and need not hold for
+     * them (0: none does). Re-read every 32nd launch. */
+    uint32_t online_fit_pct;
     uint64_t reserved[10];
 } xcuda_limits;
 
@@ -153,7 +164,13 @@ typedef struct xcuda_usage {
     /* Version 4: the part of online_held_ns spent holding ahead of a predicted online
      * arrival (hold_ahead), all processes. */
     uint64_t ahead_held_ns;
-    uint64_t reserved[11];
+    /* Version 5: per device ordinal, the widest sampled launch of an online process in
+     * the current epoch: (epoch << XCUDA_WIDTH_EPOCH_SHIFT) | basis points of the
+     * device's SMs its blocks need when resident (by threads and blocks per SM; the
+     * register and shared-memory limits are not counted). Raised with a CAS by every
+     * process of the container; a new epoch starts over. 0 = none seen. */
+    uint32_t online_width[XCUDA_MAX_DEVICES];
+    uint64_t reserved[3];
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
 

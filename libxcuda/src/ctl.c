@@ -255,6 +255,8 @@ void xc_release_slot(void)
     xc_reap_dead_slots();
 }
 
+uint32_t xc_mps_pct;
+
 /* The MPS client reads these at context creation; they can only tighten
  * what the server allows, so they are an out-of-process backstop. */
 static void export_mps_env(void)
@@ -274,14 +276,15 @@ static void export_mps_env(void)
     if (XC_LOAD(&l->signal_role) == XCUDA_SIGNAL_FOLLOW)
         setenv(XCUDA_ENV_MPS_CLIENT_PRIORITY, XCUDA_MPS_PRIORITY_BELOW_NORMAL, 1);
     uint32_t pct = XC_LOAD(&l->mps_active_thread_pct);
-    if (pct > 0 && pct <= 100) {
-        const char *cur = getenv(XCUDA_ENV_MPS_THREAD_PERCENTAGE);
-        long have = cur ? strtol(cur, NULL, 10) : 0;
-        if (have <= 0 || have > (long)pct) {
-            char v[16];
-            snprintf(v, sizeof v, "%u", pct);
-            setenv(XCUDA_ENV_MPS_THREAD_PERCENTAGE, v, 1);
-        }
+    const char *cur = getenv(XCUDA_ENV_MPS_THREAD_PERCENTAGE);
+    long have = cur ? strtol(cur, NULL, 10) : 0;
+    if (have > 0 && have <= 100)
+        xc_mps_pct = (uint32_t)have;
+    if (pct > 0 && pct <= 100 && (have <= 0 || have > (long)pct)) {
+        char v[16];
+        snprintf(v, sizeof v, "%u", pct);
+        setenv(XCUDA_ENV_MPS_THREAD_PERCENTAGE, v, 1);
+        xc_mps_pct = pct;
     }
     char buf[XCUDA_MAX_DEVICES * 32];
     size_t n = 0;

@@ -5,9 +5,10 @@
  * separate non-inlined function so the fast path saves no registers. */
 #include "xcuda.h"
 
-/* GATED(name, field, stream, (params...), (args...)) defines the exported
- * wrapper `name` over xc_real.field. */
-#define GATED(name, field, stream, params, args)                              \
+/* GATED(name, field, stream, width, (params...), (args...)) defines the exported
+ * wrapper `name` over xc_real.field; width is a statement that notes the launch's shape
+ * for online processes (width.c), on the slow path only. */
+#define GATED(name, field, stream, width, params, args)                       \
     __attribute__((noinline)) static CUresult slow_##name params              \
     {                                                                         \
         __typeof__(xc_real.field) real_ = XC_REAL(field);                     \
@@ -15,8 +16,10 @@
             return CUDA_ERROR_NOT_INITIALIZED;                                \
         if ((xc_tls_launches & XC_FLUSH_MASK) == 0)                           \
             xc_flush_launches();                                              \
-        if (!xc_tls_inside)                                                   \
+        if (!xc_tls_inside) {                                                 \
             xc_signal_launch();                                               \
+            width;                                                            \
+        }                                                                     \
         if ((xc_gate_open() && !xc_signal_bounds()) || xc_tls_inside)         \
             return xc_note_sticky(real_ args);                                \
         struct xc_ticket t_;                                                  \
@@ -53,11 +56,20 @@
 #define EX_ARGS (config, f, params, extra)
 #define EX_STREAM (config ? config->hStream : NULL)
 
-GATED(cuLaunchKernel, cuLaunchKernel, s, LAUNCH_PARAMS, LAUNCH_ARGS)
-GATED(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, s, LAUNCH_PARAMS, LAUNCH_ARGS)
-GATED(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, s, COOP_PARAMS, COOP_ARGS)
-GATED(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_ptsz, s, COOP_PARAMS, COOP_ARGS)
-GATED(cuLaunchKernelEx, cuLaunchKernelEx, EX_STREAM, EX_PARAMS, EX_ARGS)
-GATED(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_ptsz, EX_STREAM, EX_PARAMS, EX_ARGS)
-GATED(cuGraphLaunch, cuGraphLaunch, s, (CUgraphExec g, CUstream s), (g, s))
-GATED(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz, s, (CUgraphExec g, CUstream s), (g, s))
+#define GRID_WIDTH xc_width_note(gx, gy, gz, bx, by, bz)
+#define EX_WIDTH                                                              \
+    if (config)                                                               \
+    xc_width_note(config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, \
+                  config->blockDimY, config->blockDimZ)
+/* A graph's kernels are not seen one by one: its launches note nothing. */
+#define NO_WIDTH (void)0
+
+GATED(cuLaunchKernel, cuLaunchKernel, s, GRID_WIDTH, LAUNCH_PARAMS, LAUNCH_ARGS)
+GATED(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, s, GRID_WIDTH, LAUNCH_PARAMS, LAUNCH_ARGS)
+GATED(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, s, GRID_WIDTH, COOP_PARAMS, COOP_ARGS)
+GATED(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_ptsz, s, GRID_WIDTH, COOP_PARAMS,
+      COOP_ARGS)
+GATED(cuLaunchKernelEx, cuLaunchKernelEx, EX_STREAM, EX_WIDTH, EX_PARAMS, EX_ARGS)
+GATED(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_ptsz, EX_STREAM, EX_WIDTH, EX_PARAMS, EX_ARGS)
+GATED(cuGraphLaunch, cuGraphLaunch, s, NO_WIDTH, (CUgraphExec g, CUstream s), (g, s))
+GATED(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz, s, NO_WIDTH, (CUgraphExec g, CUstream s), (g, s))

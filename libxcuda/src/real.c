@@ -50,6 +50,7 @@ static void do_resolve(void)
     GET(cuDeviceGet, "cuDeviceGet");
     GET(cuDeviceTotalMem, "cuDeviceTotalMem_v2");
     GET(cuCtxGetDevice, "cuCtxGetDevice");
+    GET(cuDeviceGetAttribute, "cuDeviceGetAttribute");
     GET(cuCtxGetCurrent, "cuCtxGetCurrent");
     GET(cuCtxPushCurrent, "cuCtxPushCurrent_v2");
     GET(cuCtxPopCurrent, "cuCtxPopCurrent_v2");

@@ -40,7 +40,9 @@ static uint64_t online_seen;
 /* What xc_sig.w0 points at when the fast path must not be taken: follow: 1 (busy),
  * publish: 0 (unset). A follower with one slot points w0 here while online work was seen
  * within XCUDA_SHRINK_NS, so that even an unthrottled process takes the slow path, where
- * its outstanding work is bounded (xc_signal_bounds), and back at its slot after. */
+ * its outstanding work is bounded (xc_signal_bounds), and back at its slot after; and at
+ * [1] (idle, for a follower) while its MPS percentage leaves the online kernels room
+ * (follow_fitted). */
 const uint64_t xc_never_quiet[2] = {1, 0};
 #define never_quiet xc_never_quiet
 
@@ -356,11 +358,43 @@ static void hold(void)
         XC_ADD(&xc.me->throttled_ns, held);
 }
 
+/* Whether this offline process's contexts leave the online kernels of its GPUs room:
+ * created with an MPS percentage at most the limits' online_fit_pct (see
+ * xcuda_limits). Then online work never waits for its SMs, and holding or bounding its
+ * launches would only cost offline throughput. Re-read on the slow path, which every
+ * 32nd launch of a thread takes. */
+static _Atomic int fitted;
+
+static int fits_now(void)
+{
+    uint32_t fit = XC_LOAD(&xc.lim->online_fit_pct);
+    return xc_mps_pct > 0 && fit > 0 && fit <= 100 && xc_mps_pct <= fit;
+}
+
 int xc_signal_online_recent(uint64_t now)
 {
     uint64_t seen = XC_LOAD(&online_seen);
     return xc_sig.n != 0 && !xc_sig.pub && seen != 0 && now >= seen &&
-           now - seen < XCUDA_SHRINK_NS;
+           now - seen < XCUDA_SHRINK_NS && !atomic_load_explicit(&fitted, memory_order_relaxed);
+}
+
+/* A follower that fits runs as if no online work were published: with one slot, w0
+ * points at a constant idle word so the fast path is taken; with several, the slow path
+ * comes back here and returns. */
+static int follow_fitted(void)
+{
+    int f = fits_now();
+    if (f != atomic_load_explicit(&fitted, memory_order_relaxed)) {
+        atomic_store_explicit(&fitted, f, memory_order_relaxed);
+        xc_log("MPS percentage %u %s the online kernels room: %s", xc_mps_pct,
+               f ? "leaves" : "no longer leaves", f ? "not holding for them" : "holding again");
+    }
+    if (xc_sig.n == 1) {
+        const uint64_t *want = f ? &never_quiet[1] : xc_sig.w[0];
+        if (XC_LOAD(&xc_sig.w0) != want && (f || XC_LOAD(&xc_sig.w0) == &never_quiet[1]))
+            XC_STORE(&xc_sig.w0, want);
+    }
+    return f;
 }
 
 void xc_signal_launch(void)
@@ -371,6 +405,8 @@ void xc_signal_launch(void)
         /* Every 32nd launch of a thread comes here anyway: refresh then. */
         if (!all_quiet() || (xc_tls_launches & XC_FLUSH_MASK) == 0)
             publish();
+    } else if (follow_fitted()) {
+        return;
     } else {
         if (!all_quiet() || XC_LOAD(&ahead_period) != 0)
             hold();

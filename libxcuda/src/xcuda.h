@@ -75,6 +75,7 @@ struct xc_real {
     CUresult (*cuDeviceGet)(CUdevice *, int);
     CUresult (*cuDeviceTotalMem)(size_t *, CUdevice);
     CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxPushCurrent)(CUcontext);
     CUresult (*cuCtxPopCurrent)(CUcontext *);
@@ -162,6 +163,10 @@ extern struct xc_state xc;
 
 /* Process-local stop flag: set by the signal path, checked by the gate. */
 extern _Atomic int xc_stopping;
+
+/* The MPS active-thread percentage this process's contexts are created with, as
+ * export_mps_env left CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at load (0: unset, all SMs). */
+extern uint32_t xc_mps_pct;
 
 uint64_t xc_now_mono_ns(void);
 uint64_t xc_now_real_ns(void);
@@ -287,6 +292,10 @@ static inline int xc_signal_bounds(void)
         return XC_LOAD(&xc_sig.w0) == &xc_never_quiet[0];
     return xc_signal_bounds_slow();
 }
+
+/* ---- width.c ---- */
+/* Online: notes the shape of a launch that took the slow path (see width.c). */
+void xc_width_note(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz);
 
 /* ---- signals.c ---- */
 void xc_signals_install(void);

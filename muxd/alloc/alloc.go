@@ -81,6 +81,10 @@ type Config struct {
 	DayLength time.Duration
 	// Buckets divides the day for the learned pattern; 0 means 96 (15 minutes a day).
 	Buckets int
+	// Fit sizes the offline MPS budget to the online kernels' width when that leaves
+	// offline at least FitMin (see FitBudget).
+	Fit    bool
+	FitMin float64
 }
 
 // Health is what the GPU's health state allows offline work.

@@ -3,6 +3,7 @@ package alloc
 import (
 	"math"
 	"slices"
+	"time"
 )
 
 // Claim is one offline container's claim on a GPU's offline budget.
@@ -78,4 +79,45 @@ func SplitBudget(budget float64, claims []Claim) (shares, parts []float64) {
 		parts[i] = level * claims[i].Weight
 	}
 	return shares, parts
+}
+
+// WidthMemory is how long the widest online kernel seen on a GPU keeps sizing its
+// offline MPS budget (FitBudget) after it was last seen: a service's kernel shapes are
+// stable, and a narrower reading in between is only a sample that missed the wide one.
+const WidthMemory = 30 * time.Second
+
+// Width remembers the widest online kernel seen on one GPU (a share of its SMs) within
+// WidthMemory.
+type Width struct {
+	w  float64
+	at time.Time
+}
+
+// Observe notes this period's widest online launch (0: none sampled) and returns the
+// width to fit.
+func (t *Width) Observe(w float64, now time.Time) float64 {
+	if w > 0 && (w >= t.w || now.Sub(t.at) > WidthMemory) {
+		t.w, t.at = w, now
+	}
+	if t.w > 0 && now.Sub(t.at) > 2*WidthMemory {
+		t.w = 0 // nothing sampled for a long while: the kernels are unknown again
+	}
+	return t.w
+}
+
+// FitBudget is a GPU's offline MPS active-thread budget (0..1, split among its offline
+// containers like the launch-gate ceiling) given the width of its online kernels (the
+// share of its SMs the widest one needs resident; 0: unknown). MPS preempts nothing, so
+// an online kernel starts on all its SMs at once only if the offline contexts leave
+// them: the budget is 1 - width, at most max, when that leaves offline at least fitMin
+// (fits); otherwise it is max, and the online kernels rely on the launch holds.
+func FitBudget(width, max, fitMin float64) (budget float64, fits bool) {
+	if width <= 0 || width > 1 {
+		return max, false
+	}
+	room := 1 - width
+	if room < fitMin {
+		return max, false
+	}
+	return math.Min(max, room), true
 }

@@ -3,6 +3,7 @@ package alloc
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestSplitBudget(t *testing.T) {
@@ -37,5 +38,46 @@ func TestSplitBudget(t *testing.T) {
 		if sum > tc.budget+1e-9 {
 			t.Errorf("%s: shares sum to %v, above the budget %v", tc.name, sum, tc.budget)
 		}
+	}
+}
+
+func TestFitBudget(t *testing.T) {
+	for _, tc := range []struct {
+		width, max, fitMin float64
+		budget             float64
+		fits               bool
+	}{
+		{0, 0.7, 0.3, 0.7, false},    // unknown width
+		{0.5, 0.7, 0.3, 0.5, true},   // half-GPU kernels
+		{0.2, 0.7, 0.3, 0.7, true},   // narrow: sm_max binds, and fits
+		{0.7, 0.7, 0.3, 0.3, true},   // exactly fit_min left
+		{0.75, 0.7, 0.3, 0.7, false}, // too wide: nothing gained by shrinking
+		{1, 0.7, 0.3, 0.7, false},
+		{1.5, 0.7, 0.3, 0.7, false}, // nonsense width
+	} {
+		b, f := FitBudget(tc.width, tc.max, tc.fitMin)
+		if math.Abs(b-tc.budget) > 1e-9 || f != tc.fits {
+			t.Errorf("FitBudget(%v, %v, %v) = %v, %v; want %v, %v", tc.width, tc.max, tc.fitMin, b, f, tc.budget, tc.fits)
+		}
+	}
+}
+
+func TestWidthObserve(t *testing.T) {
+	var w Width
+	t0 := time.Now()
+	if got := w.Observe(0, t0); got != 0 {
+		t.Errorf("nothing seen: %v", got)
+	}
+	if got := w.Observe(0.5, t0); got != 0.5 {
+		t.Errorf("first width: %v", got)
+	}
+	if got := w.Observe(0.25, t0.Add(WidthMemory/2)); got != 0.5 {
+		t.Errorf("narrower within the memory: %v, want 0.5", got)
+	}
+	if got := w.Observe(0.25, t0.Add(WidthMemory+time.Second)); got != 0.25 {
+		t.Errorf("narrower after the memory: %v, want 0.25", got)
+	}
+	if got := w.Observe(0, t0.Add(4*WidthMemory)); got != 0 {
+		t.Errorf("nothing seen for long: %v, want 0 (unknown)", got)
 	}
 }

@@ -146,8 +146,13 @@ type Ceiling struct {
 	// Part is its part of its GPUs' offline ceilings (the smallest over its GPUs).
 	Part float64 `json:"part"`
 	// MPSThreadPercent is the MPS active-thread percentage its new processes get: its
-	// part of the class's sm_max, split the same way.
+	// part of its GPUs' MPS budgets (the class's sm_max, or less so that the online
+	// kernels fit), split the same way.
 	MPSThreadPercent uint32 `json:"mps_thread_percent"`
+	// FitPercent, when set, is the MPS percentage up to which its processes leave the
+	// online kernels of its GPUs room to run at once (their GPUs' MPS budgets were sized
+	// for that): those need not hold their launches for online work.
+	FitPercent uint32 `json:"fit_percent,omitempty"`
 	// BoundBy names the limit that binds: "own sm-percent", "GPU budget" or "paused".
 	BoundBy string `json:"bound_by"`
 }
@@ -196,6 +201,13 @@ type GPU struct {
 	OfflineContainers int `json:"offline_containers"`
 	// OnlineDemand is the allocator's estimate of the online workload's need (percent).
 	OnlineDemand float64 `json:"online_demand"`
+	// OnlineWidth is the widest online kernel libxcuda saw lately, in percent of the SMs
+	// (0: none seen); OfflineMPS is the MPS active-thread budget (percent) its offline
+	// contexts split, and OfflineMPSFits whether it leaves the online kernels room (see
+	// the policy's alloc.fit).
+	OnlineWidth    float64 `json:"online_width,omitempty"`
+	OfflineMPS     float64 `json:"offline_mps"`
+	OfflineMPSFits bool    `json:"offline_mps_fits,omitempty"`
 	// DemandSource says where the online utilisation behind the estimate came from, and
 	// why a conservative fallback was used when the online processes could not be found.
 	DemandSource string `json:"demand_source,omitempty"`

@@ -40,6 +40,8 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 	}
 	g.loop.demands = ds
 	out := g.loop.decisions[:0]
+	fits := g.loop.fits[:0]
+	cfg := g.loop.allocCfg
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, v := range sv.views {
@@ -68,7 +70,20 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 		} else {
 			// The next online container starts from a clean slate.
 			st.haveGood, st.lastGood, st.source, st.failing = false, 0, "", false
+			st.width = alloc.Width{}
 		}
+		f := mpsFit{budget: cfg.OfflineMax}
+		if in.Online {
+			f.width = st.width.Observe(r.widths[uuid], now)
+			if cfg.Fit {
+				f.budget, f.fits = alloc.FitBudget(f.width, cfg.OfflineMax, cfg.FitMin)
+			}
+		}
+		if f != st.fit {
+			g.Log.Info("offline MPS budget", "gpu", uuid, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits)
+		}
+		st.fit = f
+		fits = append(fits, f)
 		a := g.loop.allocs[uuid]
 		if a == nil {
 			a = alloc.New(g.loop.allocCfg)
@@ -79,31 +94,36 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 		g.noteChange(st, v, d, now)
 		out = append(out, d)
 	}
-	g.loop.decisions = out
+	g.loop.decisions, g.loop.fits = out, fits
 	return out
 }
 
 // ceilingParts is one period's split of the GPUs' budgets, per offline container.
 type ceilingParts struct {
 	ceilings map[string]api.Ceiling
-	mpsPart  map[string]float64 // part of the class's sm_max, for the MPS percentage
+	mpsPart  map[string]float64 // part of the GPU's MPS budget, for the MPS percentage
+	fits     map[string]bool    // every GPU's MPS budget leaves its online kernels room
 	paused   map[string]bool
 	claims   []alloc.Claim
 }
 
 // applyCeilings splits each GPU's offline ceiling among its offline containers and
 // writes each container's part into its block. The budget is split twice: the launch-gate
-// shares from the allocator's ceiling, the MPS active-thread percentages from the class's
-// sm_max; a container on several GPUs gets the smallest of its parts, and never more
-// than its own ceiling (blocks.OwnCeiling). A GPU whose health stops offline work pauses
-// its offline containers.
+// shares from the allocator's ceiling, the MPS active-thread percentages from the GPU's
+// MPS budget (the class's sm_max, or less so that the online kernels fit:
+// alloc.FitBudget); a container on several GPUs gets the smallest of its parts, and never
+// more than its own ceiling (blocks.OwnCeiling). Where every GPU of a container has a
+// budget that fits, its block says up to which percentage its processes leave the online
+// kernels room (they then need not hold for them). A GPU whose health stops offline work
+// pauses its offline containers.
 func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *policy.Policy) {
 	cp := &g.loop.parts
 	if cp.ceilings == nil {
-		cp.ceilings, cp.mpsPart, cp.paused = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}
+		cp.ceilings, cp.mpsPart, cp.fits, cp.paused = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}, map[string]bool{}
 	}
 	clear(cp.ceilings)
 	clear(cp.mpsPart)
+	clear(cp.fits)
 	clear(cp.paused)
 	for i, v := range sv.views {
 		claims := cp.claims[:0]
@@ -112,7 +132,8 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		}
 		cp.claims = claims
 		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
-		mps, _ := alloc.SplitBudget(g.loop.allocCfg.OfflineMax, claims)
+		fit := g.loop.fits[i]
+		mps, _ := alloc.SplitBudget(fit.budget, claims)
 		stop := healthOf(v.status.State) == alloc.Stop
 		for j, c := range v.offline {
 			id := c.ID
@@ -128,6 +149,9 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 			if m, ok := cp.mpsPart[id]; !ok || mps[j] < m {
 				cp.mpsPart[id] = mps[j]
 			}
+			if f, ok := cp.fits[id]; !ok || f {
+				cp.fits[id] = fit.fits
+			}
 			if stop {
 				cp.paused[id] = true
 			}
@@ -135,6 +159,9 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 	}
 	for id, c := range cp.ceilings {
 		c.MPSThreadPercent = mpsPercent(cp.mpsPart[id])
+		if cp.fits[id] && !cp.paused[id] {
+			c.FitPercent = c.MPSThreadPercent
+		}
 		switch {
 		case cp.paused[id]:
 			c.BoundBy = "paused"
@@ -162,13 +189,13 @@ func (g *Guard) apply(id string, c api.Ceiling, paused bool) {
 	if b == nil {
 		return
 	}
-	want := gate{block: b, shareBP: uint32(math.Floor(c.Percent/100*ctlblock.ShareFull + 1e-6)), paused: paused, mps: c.MPSThreadPercent}
+	want := gate{block: b, shareBP: uint32(math.Floor(c.Percent/100*ctlblock.ShareFull + 1e-6)), paused: paused, mps: c.MPSThreadPercent, fit: c.FitPercent}
 	if g.loop.applied[id] == want {
 		return // this block holds it since the guard wrote it (only the guard changes these)
 	}
 	l := b.Limits()
-	if l.ShareBP != want.shareBP || l.Paused != paused || l.MPSActiveThreadPercent != want.mps {
-		l.ShareBP, l.Paused, l.MPSActiveThreadPercent = want.shareBP, paused, want.mps
+	if l.ShareBP != want.shareBP || l.Paused != paused || l.MPSActiveThreadPercent != want.mps || l.Signal.FitPercent != want.fit {
+		l.ShareBP, l.Paused, l.MPSActiveThreadPercent, l.Signal.FitPercent = want.shareBP, paused, want.mps, want.fit
 		if err := b.SetLimits(l); err != nil {
 			g.Log.Error("cannot set offline share", "id", id, "err", err)
 			delete(g.loop.applied, id)
@@ -185,6 +212,7 @@ type gate struct {
 	shareBP uint32
 	paused  bool
 	mps     uint32
+	fit     uint32
 }
 
 // mpsPercent turns a part of the GPU (0..1) into an MPS active-thread percentage with the

@@ -104,6 +104,7 @@ type loopState struct {
 	reads     usageReads
 	demands   []demand
 	decisions []alloc.Decision
+	fits      []mpsFit // per view, this period's MPS budgets
 	parts     ceilingParts
 	pids      struct{ online, offline map[int]string }
 }
@@ -125,6 +126,17 @@ type gpuState struct {
 	offline           int
 	// history is the GPU's latest ceiling changes, oldest first.
 	history []api.CeilingChange
+	// width is the widest online kernel seen lately, fit the GPU's offline MPS budget
+	// sized from it.
+	width alloc.Width
+	fit   mpsFit
+}
+
+// mpsFit is one GPU's offline MPS active-thread budget for a period.
+type mpsFit struct {
+	width  float64 // the online kernels' width it was sized for (0: unknown)
+	budget float64 // split among the offline containers, like the launch-gate ceiling
+	fits   bool    // budget leaves the online kernels room (alloc.FitBudget)
 }
 
 // Status is the guard's view of one GPU, for the API.
@@ -146,6 +158,12 @@ type Status struct {
 	// ReasonKey is the last change's short reason; History the latest changes.
 	ReasonKey string              `json:"reason_key,omitempty"`
 	History   []api.CeilingChange `json:"history,omitempty"`
+	// OnlineWidth is the widest online kernel seen lately (share of the SMs; 0:
+	// unknown); MPSBudget the offline contexts' MPS active-thread budget sized from it,
+	// and Fits whether that budget leaves the online kernels room (alloc.FitBudget).
+	OnlineWidth float64 `json:"online_width,omitempty"`
+	MPSBudget   float64 `json:"mps_budget"`
+	Fits        bool    `json:"fits,omitempty"`
 }
 
 // AllocConfig maps the policy onto the allocator's configuration.
@@ -158,6 +176,8 @@ func AllocConfig(p *policy.Policy) alloc.Config {
 		OfflineMin:  p.Classes.Offline.SMMin.Fraction(),
 		OfflineMax:  p.Classes.Offline.SMMax.Fraction(),
 		DayLength:   p.Alloc.DayLength.D(),
+		Fit:         p.Alloc.Fit,
+		FitMin:      p.Alloc.FitMin.Fraction(),
 	}
 }
 
@@ -301,6 +321,7 @@ func (g *Guard) Statuses() []Status {
 		if st := g.gpus[uuid]; st != nil {
 			s.DemandSource, s.Reason, s.Changed, s.OfflineContainers = st.source, st.reason, st.changed, st.offline
 			s.ReasonKey, s.History = st.reasonKey, slices.Clone(st.history)
+			s.OnlineWidth, s.MPSBudget, s.Fits = st.fit.width, st.fit.budget, st.fit.fits
 		}
 		out = append(out, s)
 	}

@@ -31,6 +31,10 @@ type usageReads struct {
 	rates map[string]float64     // container id -> launches per second since the last step
 	// corrupt are the containers found corrupt in this period, and why.
 	corrupt map[string]string
+	// widths: GPU UUID -> the widest online launch its online containers' libxcuda
+	// sampled (share of its SMs), for sizing the offline MPS budget (alloc.FitBudget).
+	widths map[string]float64
+	idx    []int // scratch for appendGPUIndexes
 }
 
 // stickyCount is what the sticky-error handling needs of one container's usage.
@@ -52,11 +56,12 @@ type trust struct {
 func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *policy.Policy) *usageReads {
 	r, t := &g.loop.reads, &g.loop.trust
 	if r.usage == nil {
-		r.usage, r.rates, r.corrupt = map[string]stickyCount{}, map[string]float64{}, map[string]string{}
+		r.usage, r.rates, r.corrupt, r.widths = map[string]stickyCount{}, map[string]float64{}, map[string]string{}, map[string]float64{}
 	}
 	clear(r.usage)
 	clear(r.rates)
 	clear(r.corrupt)
+	clear(r.widths)
 	for _, c := range sv.running {
 		if _, q := g.quarantined[c.ID]; q {
 			continue
@@ -96,6 +101,16 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 		}
 		delete(t.suspect, c.ID)
 		r.usage[c.ID] = stickyCount{errors: u.StickyErrors, last: u.LastSticky, lastAt: u.LastStickyAt}
+		if c.Class == api.Online && len(u.OnlineWidth) > 0 {
+			// The container sees its GPUs as ordinals 0..n-1, in the order it listed them.
+			r.idx = appendGPUIndexes(r.idx[:0], c.GPUs, sv.gpus)
+			for d, w := range u.OnlineWidth {
+				if d < len(r.idx) {
+					uuid := sv.gpus[r.idx[d]].UUID
+					r.widths[uuid] = max(r.widths[uuid], w)
+				}
+			}
+		}
 		t.launches[c.ID] = n
 	}
 	g.forget(sv.live)

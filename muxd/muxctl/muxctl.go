@@ -201,7 +201,7 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 	}
 	fmt.Fprintf(stdout, "  restarts %d\n\n", n.MPS.Restarts)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tUSED\tUTIL\tSM ACT\tHEALTH\tOFFLINE CEILING\tONLINE DEMAND\tWHY")
+	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tUSED\tUTIL\tSM ACT\tHEALTH\tOFFLINE CEILING\tONLINE DEMAND\tOFFLINE MPS\tWHY")
 	for _, g := range st.GPUs {
 		act := "-"
 		if g.SMActivity != nil {
@@ -229,9 +229,9 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		if g.Burst {
 			demand += " (burst)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%v\t%.0f%%\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%v\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name,
 			policy.Bytes(g.MemoryTotal), policy.Bytes(g.MemoryUsed), g.Utilization, act, g.Health,
-			ceiling, demand, strings.Join(why, "; "))
+			ceiling, demand, offlineMPS(g), strings.Join(why, "; "))
 	}
 	if len(st.GPUs) == 0 {
 		fmt.Fprintln(tw, "-\t(no GPUs)\t\t\t")
@@ -269,6 +269,9 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 				share = "paused"
 			}
 			mps = fmt.Sprintf("%d%%", ce.MPSThreadPercent)
+			if ce.FitPercent > 0 {
+				mps += " (fits)"
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(c.ID), c.Class, c.State, pid,
 			strings.Join(c.GPUs, ","), mem, sm, used, share, mps, launches, throttled, now.Sub(c.Registered).Truncate(time.Second))
@@ -277,6 +280,20 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		fmt.Fprintln(tw, "(none)")
 	}
 	return tw.Flush()
+}
+
+// offlineMPS says what MPS active-thread budget a GPU's offline contexts split and how it
+// relates to the online kernels' width: "50% (fits online 50%)", "70% (online 100% too
+// wide)", or the budget alone while no online kernel was seen.
+func offlineMPS(g api.GPU) string {
+	s := fmt.Sprintf("%.0f%%", g.OfflineMPS)
+	switch {
+	case g.OfflineMPSFits:
+		s += fmt.Sprintf(" (fits online %.0f%%)", g.OnlineWidth)
+	case g.OnlineWidth > 0:
+		s += fmt.Sprintf(" (online %.0f%% too wide)", g.OnlineWidth)
+	}
+	return s
 }
 
 // healthFresh is how long the reason for a healthy GPU's last health change stays in the

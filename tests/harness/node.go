@@ -81,6 +81,7 @@ type node struct {
 	muxd   *exec.Cmd
 	muxdCh chan struct{}
 	client *client.Client
+	signal string // muxd's GPU signal page
 }
 
 // startNode brings a node up; stop tears it down (always call it).
@@ -140,6 +141,7 @@ containerd_address = ""
 func (n *node) startMuxd(ctx context.Context, alloc, classes string) error {
 	// Unix socket paths are short; muxd's run directory lives beside gpusimd's socket.
 	run := filepath.Join(n.sim.Dir, "muxd")
+	n.signal = ctlblock.SignalPagePath(run)
 	state := filepath.Join(n.dir, "muxd-state")
 	sock := filepath.Join(run, "muxd.sock")
 	text := fmt.Sprintf(muxdPolicy, state, run, sock, n.art.MPSControl, n.sim.MPSPipeDir(), n.sim.MPSLogDir(), alloc, classes)
@@ -252,7 +254,9 @@ func (n *node) startEnv(ctx context.Context, name string, class api.Class, env [
 			return nil, fmt.Errorf("register %s with muxd: %w", name, err)
 		}
 		ctl = c.Control
-		p.cmd.Env = append(p.cmd.Env, "LD_PRELOAD="+n.art.XCuda, ctlblock.EnvDir+"="+ctl.Dir)
+		// What muxd's wiring mounts into a container: libxcuda, the container's control
+		// block and the node's GPU signal page.
+		p.cmd.Env = append(p.cmd.Env, "LD_PRELOAD="+n.art.XCuda, ctlblock.EnvDir+"="+ctl.Dir, ctlblock.EnvSignal+"="+n.signal)
 	}
 	w := lockedWriter{&p.mu, &p.out}
 	p.cmd.Stdout, p.cmd.Stderr = w, w
@@ -328,6 +332,40 @@ func (n *node) waitLaunching(ctx context.Context, p *proc, within time.Duration)
 	}
 }
 
+// onlineSettle is how long the online service runs alone before the offline jobs join:
+// muxd measures its kernels' width and sizes the offline MPS budget within a few periods
+// (waitOnlineSeen returns as soon as it has); every strategy waits the same way.
+const onlineSettle = 3 * time.Second
+
+// waitOnlineSeen waits until muxd has seen the online service's kernels on GPU 0 (their
+// width, which sizes the MPS percentage the offline contexts are created with), or
+// onlineSettle; without muxd, a few periods' worth.
+func (n *node) waitOnlineSeen(ctx context.Context) error {
+	if n.mode != modeMuxd {
+		return sleepCtx(ctx, 300*time.Millisecond)
+	}
+	deadline := time.Now().Add(onlineSettle)
+	for time.Now().Before(deadline) {
+		if g, err := n.client.GPUs(ctx); err == nil && len(g) > 0 && g[0].OnlineWidth > 0 {
+			return nil
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	n.log.Warn("muxd saw no online kernel width before the offline jobs started: they get the default MPS percentage")
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
 func lastLine(s string) string {
 	b := bytes.TrimSpace([]byte(s))
 	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
@@ -359,6 +397,9 @@ func allocSection(s *Scenario, static bool) string {
 	}
 	if m.StaticShare != nil {
 		pct("static_share", *m.StaticShare)
+	}
+	if m.Fit != nil {
+		text += fmt.Sprintf("fit = %t\n", *m.Fit)
 	}
 	return text
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/muxflow/muxflow/gpusim/simclient"
@@ -419,6 +420,31 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 	defer n.stop()
 	dur := s.Duration.D()
 
+	// The online service comes first, as on a real node (the matcher places offline jobs
+	// on GPUs that already serve): it warms up at its trace's starting rate, unmeasured,
+	// and muxd sees its kernels; the offline jobs join; then its measured schedule starts.
+	args := append(s.InferArgs(dur), "--warmup")
+	tracePath := ""
+	if r.Artifacts.TraceSupported() {
+		tracePath = filepath.Join(n.dir, "online-trace.csv")
+		args = append(args, TraceFlag, tracePath)
+	}
+	var env []string
+	if st == PriorityTimeSharing {
+		env = []string{PriorityEnv + "=high"}
+	}
+	on, err := n.startEnv(ctx, "online", api.Online, env, n.art.Infer, args...)
+	if err != nil {
+		return res, err
+	}
+	defer on.kill()
+	if err := n.waitLaunching(ctx, on, 15*time.Second); err != nil {
+		return res, err
+	}
+	if err := n.waitOnlineSeen(ctx); err != nil {
+		return res, err
+	}
+
 	var offline []*proc
 	defer func() {
 		for _, p := range offline {
@@ -454,21 +480,9 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 			return res, err
 		}
 	}
-	var env []string
-	if st == PriorityTimeSharing {
-		env = []string{PriorityEnv + "=high"}
+	if err := on.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return res, fmt.Errorf("start the online service's measured schedule: %w", err)
 	}
-	args := s.InferArgs(dur)
-	tracePath := ""
-	if r.Artifacts.TraceSupported() {
-		tracePath = filepath.Join(n.dir, "online-trace.csv")
-		args = append(args, TraceFlag, tracePath)
-	}
-	on, err := n.startEnv(ctx, "online", api.Online, env, n.art.Infer, args...)
-	if err != nil {
-		return res, err
-	}
-	defer on.kill()
 	smp := &sampler{n: n, online: on, kernels: s.Online.Kernels, start: dev0}
 	sctx, stopSampling := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -88,6 +88,9 @@ type Alloc struct {
 	// OfflineSMMax is the policy's classes.offline.sm_max: the offline share's ceiling
 	// and the MPS active-thread percentage offline contexts are created with.
 	OfflineSMMax *policy.Percent `toml:"offline_sm_max"`
+	// Fit is the policy's alloc.fit (default on): size the offline MPS percentage so
+	// that the online kernels fit beside the offline ones.
+	Fit *bool `toml:"fit"`
 }
 
 // LoadScenario reads and validates a scenario file. Unknown keys are errors.

@@ -1,0 +1,123 @@
+package xcudatest
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+)
+
+// Fitting offline to the online kernels' width (issue 14): an online process's libxcuda
+// publishes how much of its GPU its kernels need at once; an offline process created
+// with an MPS percentage that leaves that room does not hold for online work.
+
+// TestGpusimOnlineWidth: infer's kernels of 264, 528 and 1,056 blocks of 256 threads on
+// a simulated H100 (132 SMs, 2,048 threads each: 8 such blocks per SM) need 33, 66 and
+// 132 SMs; the online container's usage block says 25%, 50% and 100%. An offline
+// container publishes nothing.
+func TestGpusimOnlineWidth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gpusim runs take seconds")
+	}
+	page := signalPage(t)
+	for _, tc := range []struct {
+		grid string
+		role ctlblock.SignalRole
+		want float64
+	}{
+		{"264", ctlblock.SignalPublish, 0.25},
+		{"528", ctlblock.SignalPublish, 0.5},
+		{"1056", ctlblock.SignalPublish, 1},
+		{"528", ctlblock.SignalFollow, 0},
+	} {
+		l := ctlblock.Unlimited()
+		l.Signal = ctlblock.Signal{Role: tc.role, GPUs: 1}
+		h := newHarness(t, l)
+		d := h.useGpusim(t)
+		h.extraEnv = append(h.extraEnv, ctlblock.EnvSignal+"="+page.Path())
+		out, err := h.gpusimCommand(d, "infer", "--rate", "constant:50", "--duration", "0.5", "--kernels", "2",
+			"--kernel-us", "100", "--grid", tc.grid).CombinedOutput()
+		if err != nil {
+			t.Fatalf("infer: %v\n%s", err, out)
+		}
+		u := h.block.Usage()
+		got := 0.0
+		if len(u.OnlineWidth) > 0 {
+			got = u.OnlineWidth[0]
+		}
+		if len(u.OnlineWidth) > 1 || math.Abs(got-tc.want) > 0.005 {
+			t.Errorf("grid %s, role %d: online width %v, want [%v] on device 0", tc.grid, tc.role, u.OnlineWidth, tc.want)
+		}
+	}
+}
+
+// fitRun runs infer (online, 4 kernels of 300 µs on 66 of the 132 SMs, 150 requests/s)
+// next to train (offline, GPU-filling 1 ms kernels, created at 50% of the SMs) on one
+// simulated MPS H100, the offline block saying fit (the percentage up to which offline
+// leaves the online kernels room), and returns what the offline process held and the
+// online p99.
+func fitRun(t *testing.T, fit uint32) (held time.Duration, res inferResult) {
+	t.Helper()
+	page := signalPage(t)
+	onLim := ctlblock.Unlimited()
+	onLim.Signal = ctlblock.Signal{Role: ctlblock.SignalPublish, GPUs: 1}
+	on := newHarness(t, onLim)
+	d := on.useGpusim(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.StartMPS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	on.extraEnv = append(on.extraEnv, ctlblock.EnvSignal+"="+page.Path())
+	offLim := ctlblock.Limits{ShareBP: ctlblock.ShareFull, MPSActiveThreadPercent: 50,
+		Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, FitPercent: fit}}
+	off := newHarness(t, offLim)
+	off.driverDir, off.extraEnv = on.driverDir, append([]string(nil), on.extraEnv...)
+	train := off.gpusimCommand(d, "train", "--duration", "4", "--mem", "64M", "--kernel-us", "1000")
+	var tout strings.Builder
+	train.Stdout, train.Stderr = &tout, &tout
+	if err := train.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	out, err := on.gpusimCommand(d, "infer", "--rate", "constant:150", "--duration", "3", "--kernels", "4",
+		"--kernel-us", "300", "--grid", "528").CombinedOutput()
+	if err != nil {
+		t.Fatalf("infer: %v\n%s", err, out)
+	}
+	if err := train.Wait(); err != nil {
+		t.Fatalf("train: %v\n%s", err, tout.String())
+	}
+	return off.block.Usage().OnlineHeld, lastJSON[inferResult](t, string(out))
+}
+
+// TestGpusimFittedOfflineRunsFree: an offline process created at 50% of the SMs whose
+// block says 50% fits does not hold its launches for the online requests (their kernels
+// take the other half), and the online requests are no slower for it than with an
+// offline process that holds (its block says only 40% would fit).
+func TestGpusimFittedOfflineRunsFree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gpusim runs take seconds")
+	}
+	fitHeld, fitRes := fitRun(t, 50)
+	holdHeld, holdRes := fitRun(t, 40)
+	t.Logf("fitted: held %v, online p50/p99 %.2f/%.2f ms; not fitted: held %v, p50/p99 %.2f/%.2f ms",
+		fitHeld, fitRes.ReqP50, fitRes.ReqP99, holdHeld, holdRes.ReqP50, holdRes.ReqP99)
+	if fitHeld != 0 {
+		t.Errorf("an offline process that leaves the online kernels room held %v", fitHeld)
+	}
+	if holdHeld == 0 {
+		t.Error("an offline process that does not fit never held")
+	}
+	if fitRes.Errors != 0 || holdRes.Errors != 0 {
+		t.Errorf("infer errors: %d fitted, %d not", fitRes.Errors, holdRes.Errors)
+	}
+	// The online kernels start on their own SMs at once: no worse than with holds (noisy
+	// on a shared machine, so with slack).
+	if fitRes.ReqP99 > 1.2*holdRes.ReqP99 {
+		t.Errorf("fitted: online p99 %.2f ms, worse than %.2f ms with holds", fitRes.ReqP99, holdRes.ReqP99)
+	}
+}

@@ -1,0 +1,87 @@
+package guard
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/monitor"
+	"github.com/muxflow/muxflow/muxd/api"
+)
+
+// widthBP packs a width as libxcuda publishes it (epoch 7).
+func widthBP(bp uint32) uint32 { return 7<<16 | bp }
+
+// Issue 14: the offline contexts' MPS budget is sized from the online kernels' width so
+// that they fit beside the offline ones; the blocks of offline containers say up to which
+// percentage their processes fit, and muxctl's status shows the budget and the width.
+func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		widths  []uint32 // the online container's published widths, per device ordinal
+		offline int
+		mps     uint32 // each offline container's MPS percentage
+		fit     uint32 // and the percentage its block says fits (0: none)
+		fits    bool
+	}{
+		{name: "no width published: sm_max, nothing fits", offline: 1, mps: 70},
+		{name: "half-GPU kernels: 50%", widths: []uint32{widthBP(5000)}, offline: 1, mps: 50, fit: 50, fits: true},
+		{name: "half-GPU kernels, two offline: 25% each", widths: []uint32{widthBP(5000)}, offline: 2, mps: 25, fit: 25, fits: true},
+		{name: "narrow kernels: sm_max still binds", widths: []uint32{widthBP(2000)}, offline: 1, mps: 70, fit: 70, fits: true},
+		{name: "kernels too wide to fit above fit_min: sm_max, nothing fits", widths: []uint32{widthBP(8000)}, offline: 1, mps: 70},
+		{name: "GPU-filling kernels", widths: []uint32{widthBP(10000)}, offline: 1, mps: 70},
+		{name: "a width above 100% is clamped (and noted)", widths: []uint32{widthBP(60000)}, offline: 1, mps: 70},
+		{name: "another GPU's width does not count", widths: []uint32{0, widthBP(9000)}, offline: 1, mps: 70},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := []api.Container{running("svc", api.Online, 100, "0")}
+			for i := range tc.offline {
+				cs = append(cs, running(string(rune('a'+i))+"-train", api.Offline, 200+i, "0"))
+			}
+			if len(tc.widths) > 1 {
+				cs[0].GPUs = []string{"0", "1"}
+			}
+			f := setup(t, cs...)
+			f.mon.set(0, monitor.Healthy, 20)
+			f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { copy(r.OnlineWidth[:], tc.widths) })
+			f.g.Step(context.Background(), time.Now())
+			for _, c := range cs[1:] {
+				l := f.blk[c.ID].Limits()
+				if l.MPSActiveThreadPercent != tc.mps || l.Signal.FitPercent != tc.fit {
+					t.Errorf("%s: MPS %d%%, fit %d%%; want %d%% and %d%%", c.ID, l.MPSActiveThreadPercent, l.Signal.FitPercent, tc.mps, tc.fit)
+				}
+				if ce, _ := f.g.Ceiling(c.ID); ce.FitPercent != tc.fit {
+					t.Errorf("%s: API ceiling says fit %d%%, want %d%%", c.ID, ce.FitPercent, tc.fit)
+				}
+			}
+			st := f.status(t, "GPU-a")
+			if st.Fits != tc.fits || (tc.fits && math.Abs(st.MPSBudget-float64(tc.mps*uint32(tc.offline))/100) > 0.011) {
+				t.Errorf("GPU status: budget %v fits %v (width %v), want fits %v", st.MPSBudget, st.Fits, st.OnlineWidth, tc.fits)
+			}
+		})
+	}
+}
+
+// The width is remembered: a narrower reading (a new libxcuda epoch that has not met the
+// wide kernel yet) does not widen the offline budget until alloc.WidthMemory has passed,
+// and an online container that stops leaves the next one a clean slate.
+func TestOnlineWidthIsRemembered(t *testing.T) {
+	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	now := time.Now()
+	step := func(bp uint32, at time.Time) uint32 {
+		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(bp) })
+		f.g.Step(context.Background(), at)
+		return f.blk["train"].Limits().MPSActiveThreadPercent
+	}
+	if got := step(6000, now); got != 40 {
+		t.Fatalf("60%%-wide kernels: offline MPS %d%%, want 40%%", got)
+	}
+	if got := step(2000, now.Add(10*time.Second)); got != 40 {
+		t.Errorf("a narrower reading 10s later: offline MPS %d%%, want 40%% still", got)
+	}
+	if got := step(2000, now.Add(31*time.Second)); got != 70 {
+		t.Errorf("narrower for longer than the width memory: offline MPS %d%%, want 70%%", got)
+	}
+}
