@@ -113,6 +113,13 @@ const throttleReasonMask = uint64(nvml.ClocksEventReasonSwPowerCap |
 	nvml.ClocksThrottleReasonHwThermalSlowdown |
 	nvml.ClocksThrottleReasonHwPowerBrakeSlowdown)
 
+// PowerCapped reports whether the GPU's clocks are held down by its power limit (the
+// software power cap or the hardware power brake) in this sample.
+func (s *Sample) PowerCapped() bool {
+	return s != nil && s.ClockEventReasons != nil &&
+		*s.ClockEventReasons&uint64(nvml.ClocksEventReasonSwPowerCap|nvml.ClocksThrottleReasonHwPowerBrakeSlowdown) != 0
+}
+
 var clockReasonNames = []struct {
 	bit  uint64
 	name string

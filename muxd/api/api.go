@@ -208,6 +208,9 @@ type GPU struct {
 	OnlineWidth    float64 `json:"online_width,omitempty"`
 	OfflineMPS     float64 `json:"offline_mps"`
 	OfflineMPSFits bool    `json:"offline_mps_fits,omitempty"`
+	// OfflineMPSPowerCapped: the budget fits, but the GPU ran at its power cap lately:
+	// offline keeps holding its launches for online work.
+	OfflineMPSPowerCapped bool `json:"offline_mps_power_capped,omitempty"`
 	// DemandSource says where the online utilisation behind the estimate came from, and
 	// why a conservative fallback was used when the online processes could not be found.
 	DemandSource string `json:"demand_source,omitempty"`

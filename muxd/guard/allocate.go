@@ -78,9 +78,15 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 			if cfg.Fit {
 				f.budget, f.fits = alloc.FitBudget(f.width, cfg.OfflineMax, cfg.FitMin)
 			}
+			if v.status.Sample.PowerCapped() {
+				st.powerCapped = now
+			}
+			if f.fits && !st.powerCapped.IsZero() && now.Sub(st.powerCapped) < alloc.WidthMemory {
+				f.fits, f.powerCapped = false, true
+			}
 		}
 		if f != st.fit {
-			g.Log.Info("offline MPS budget", "gpu", uuid, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits)
+			g.Log.Info("offline MPS budget", "gpu", uuid, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped)
 		}
 		st.fit = f
 		fits = append(fits, f)

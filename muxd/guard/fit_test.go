@@ -85,3 +85,32 @@ func TestOnlineWidthIsRemembered(t *testing.T) {
 		t.Errorf("narrower for longer than the width memory: offline MPS %d%%, want 70%%", got)
 	}
 }
+
+// A GPU that ran at its power cap with online work on it keeps its fitted budget (new
+// offline processes still leave the online kernels their SMs) but no longer tells the
+// offline blocks they fit: every offline SM lowers the clock the online kernels run at,
+// so offline keeps holding for them, until the cap has not been seen for the width memory.
+func TestPowerCapKeepsOfflineHolding(t *testing.T) {
+	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
+	now := time.Now()
+	capped := uint64(0x4) // NVML's software power cap
+	f.mon.set(0, monitor.Healthy, 20)
+	f.mon.gpus[0].Sample.ClockEventReasons = &capped
+	f.g.Step(context.Background(), now)
+	l := f.blk["train"].Limits()
+	st := f.status(t, "GPU-a")
+	if l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 0 || st.Fits || !st.PowerCapped {
+		t.Errorf("power-capped: MPS %d%%, fit %d%%, status fits %v capped %v; want 50%%, 0, false, true",
+			l.MPSActiveThreadPercent, l.Signal.FitPercent, st.Fits, st.PowerCapped)
+	}
+	f.mon.set(0, monitor.Healthy, 20)
+	f.g.Step(context.Background(), now.Add(10*time.Second))
+	if l := f.blk["train"].Limits(); l.Signal.FitPercent != 0 {
+		t.Errorf("10s after the power cap: fit %d%%, want still 0", l.Signal.FitPercent)
+	}
+	f.g.Step(context.Background(), now.Add(31*time.Second))
+	if l := f.blk["train"].Limits(); l.Signal.FitPercent != 50 {
+		t.Errorf("31s after the power cap: fit %d%%, want 50%%", l.Signal.FitPercent)
+	}
+}

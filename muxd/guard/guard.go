@@ -130,6 +130,8 @@ type gpuState struct {
 	// sized from it.
 	width alloc.Width
 	fit   mpsFit
+	// powerCapped is when the GPU last ran at its power cap with online work on it.
+	powerCapped time.Time
 }
 
 // mpsFit is one GPU's offline MPS active-thread budget for a period.
@@ -137,6 +139,9 @@ type mpsFit struct {
 	width  float64 // the online kernels' width it was sized for (0: unknown)
 	budget float64 // split among the offline containers, like the launch-gate ceiling
 	fits   bool    // budget leaves the online kernels room (alloc.FitBudget)
+	// powerCapped: the budget fits, but the GPU ran at its power cap lately, where
+	// every offline SM slows the online kernels' clock: offline keeps holding for them.
+	powerCapped bool
 }
 
 // Status is the guard's view of one GPU, for the API.
@@ -164,6 +169,9 @@ type Status struct {
 	OnlineWidth float64 `json:"online_width,omitempty"`
 	MPSBudget   float64 `json:"mps_budget"`
 	Fits        bool    `json:"fits,omitempty"`
+	// PowerCapped: the budget fits but the GPU ran at its power cap lately, so offline
+	// keeps holding for online work (a lower clock slows the online kernels too).
+	PowerCapped bool `json:"power_capped,omitempty"`
 }
 
 // AllocConfig maps the policy onto the allocator's configuration.
@@ -321,7 +329,7 @@ func (g *Guard) Statuses() []Status {
 		if st := g.gpus[uuid]; st != nil {
 			s.DemandSource, s.Reason, s.Changed, s.OfflineContainers = st.source, st.reason, st.changed, st.offline
 			s.ReasonKey, s.History = st.reasonKey, slices.Clone(st.history)
-			s.OnlineWidth, s.MPSBudget, s.Fits = st.fit.width, st.fit.budget, st.fit.fits
+			s.OnlineWidth, s.MPSBudget, s.Fits, s.PowerCapped = st.fit.width, st.fit.budget, st.fit.fits, st.fit.powerCapped
 		}
 		out = append(out, s)
 	}

@@ -284,12 +284,15 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 
 // offlineMPS says what MPS active-thread budget a GPU's offline contexts split and how it
 // relates to the online kernels' width: "50% (fits online 50%)", "70% (online 100% too
-// wide)", or the budget alone while no online kernel was seen.
+// wide)", a note when the GPU's power cap keeps offline holding anyway, or the budget
+// alone while no online kernel was seen.
 func offlineMPS(g api.GPU) string {
 	s := fmt.Sprintf("%.0f%%", g.OfflineMPS)
 	switch {
 	case g.OfflineMPSFits:
 		s += fmt.Sprintf(" (fits online %.0f%%)", g.OnlineWidth)
+	case g.OfflineMPSPowerCapped:
+		s += fmt.Sprintf(" (fits online %.0f%%; power-capped: offline holds)", g.OnlineWidth)
 	case g.OnlineWidth > 0:
 		s += fmt.Sprintf(" (online %.0f%% too wide)", g.OnlineWidth)
 	}
