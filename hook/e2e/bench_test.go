@@ -18,9 +18,17 @@ const minRounds = 21
 // runc and through muxflow-runtime, in the same process and interleaved round by round so
 // that machine load hits both alike. It reports medians in ms: non-GPU (the fast path) and
 // GPU (muxd registration, both hooks and unregistration included).
+//
+// With MUXFLOW_BASE_BUILD set to another build directory (say, one built from the commit
+// before a change), a second node runs that build's muxd and muxflow-runtime, and every
+// round also starts the GPU container through it, interleaved with the others.
 func BenchmarkRuncRun(b *testing.B) {
 	runc := lookTool(b, "runc")
 	n := newNode(b, runc, "")
+	var base *node
+	if dir := os.Getenv("MUXFLOW_BASE_BUILD"); dir != "" {
+		base = newNodeFrom(b, runc, "", dir)
+	}
 	rootfs := busyboxRootfs(b, n.dir)
 	runcRoot := filepath.Join(n.dir, "runc-root")
 	plainBundle := filepath.Join(n.dir, "plain")
@@ -38,6 +46,9 @@ func BenchmarkRuncRun(b *testing.B) {
 		seq++
 		cmd := exec.Command(bin, "--root", runcRoot, "run", "--bundle", bundle, fmt.Sprintf("bench-%d", seq))
 		cmd.Env = append(os.Environ(), "MUXFLOW_POLICY="+n.policy)
+		if base != nil && bin == base.runtime {
+			cmd.Env = append(os.Environ(), "MUXFLOW_POLICY="+base.policy)
+		}
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%s run %s: %v\n%s", bin, bundle, err, out)
@@ -51,10 +62,23 @@ func BenchmarkRuncRun(b *testing.B) {
 	run(n.runtime, plainBundle)
 	resetGPU()
 	run(n.runtime, gpuBundle)
+	gpuBins := []string{runc, n.runtime}
+	if base != nil {
+		resetGPU()
+		run(base.runtime, gpuBundle)
+		gpuBins = append(gpuBins, base.runtime)
+	}
 
-	var plain, wrapped, gpuPlain, gpuWrapped []time.Duration
-	var cpuPlain, cpuWrapped, cpuGPUPlain, cpuGPUWrapped []time.Duration
+	var plain, wrapped, gpuPlain, gpuWrapped, gpuBase []time.Duration
+	var cpuPlain, cpuWrapped, cpuGPUPlain, cpuGPUWrapped, cpuGPUBase []time.Duration
 	rounds := max(b.N, minRounds)
+	// muxd's own CPU over all rounds (the runs' CPU does not include it): per GPU start,
+	// this node's muxd serves only its own runs.
+	muxd0 := procCPU(b, n.muxd.Process.Pid)
+	var baseMuxd0 time.Duration
+	if base != nil {
+		baseMuxd0 = procCPU(b, base.muxd.Process.Pid)
+	}
 	b.ResetTimer()
 	for i := range rounds {
 		first, second := runc, n.runtime
@@ -69,21 +93,36 @@ func BenchmarkRuncRun(b *testing.B) {
 				wrapped, cpuWrapped = append(wrapped, d), append(cpuWrapped, c)
 			}
 		}
-		for _, bin := range []string{first, second} {
+		for k := range gpuBins {
+			bin := gpuBins[(i+k)%len(gpuBins)]
 			resetGPU()
 			d, c := run(bin, gpuBundle)
-			if bin == runc {
+			switch bin {
+			case runc:
 				gpuPlain, cpuGPUPlain = append(gpuPlain, d), append(cpuGPUPlain, c)
-			} else {
+			case n.runtime:
 				gpuWrapped, cpuGPUWrapped = append(gpuWrapped, d), append(cpuGPUWrapped, c)
+			default:
+				gpuBase, cpuGPUBase = append(gpuBase, d), append(cpuGPUBase, c)
 			}
 		}
 	}
 	b.StopTimer()
-	waitFor(b, 10*time.Second, "muxd to unregister every exited container", func() bool {
-		cs, err := n.client.Containers(b.Context())
-		return err == nil && len(cs) == 0
-	})
+	for _, nd := range []*node{n, base} {
+		if nd == nil {
+			continue
+		}
+		waitFor(b, 10*time.Second, "muxd to unregister every exited container", func() bool {
+			cs, err := nd.client.Containers(b.Context())
+			return err == nil && len(cs) == 0
+		})
+	}
+	// After the waits: muxd unregisters an exited container exitGrace after its exit.
+	muxdCPU := float64(procCPU(b, n.muxd.Process.Pid)-muxd0) / float64(rounds) / 1e6
+	var baseMuxdCPU float64
+	if base != nil {
+		baseMuxdCPU = float64(procCPU(b, base.muxd.Process.Pid)-baseMuxd0) / float64(rounds) / 1e6
+	}
 	ms := func(ds []time.Duration) float64 {
 		s := slices.Clone(ds)
 		slices.Sort(s)
@@ -112,6 +151,19 @@ func BenchmarkRuncRun(b *testing.B) {
 	b.ReportMetric(ms(cpuGPUWrapped)-ms(cpuGPUPlain), "gpu-cpu-delta-ms")
 	b.Logf("CPU medians: non-GPU runc %.1f ms, muxflow-runtime %.1f ms (%+.1f); GPU runc %.1f ms, muxflow-runtime %.1f ms (%+.1f)",
 		ms(cpuPlain), ms(cpuWrapped), ms(cpuWrapped)-ms(cpuPlain), ms(cpuGPUPlain), ms(cpuGPUWrapped), ms(cpuGPUWrapped)-ms(cpuGPUPlain))
+	b.ReportMetric(muxdCPU, "muxd-cpu-ms/gpu-start")
+	if base != nil {
+		fmt.Printf("muxd CPU per GPU start (mean over the rounds, 10 ms ticks): this build %.2f ms, base build %.2f ms\n", muxdCPU, baseMuxdCPU)
+		b.ReportMetric(ms(paired(cpuGPUBase, cpuGPUPlain)), "gpu-base-paired-cpu-delta-ms")
+		b.ReportMetric(ms(paired(gpuBase, gpuPlain)), "gpu-base-paired-delta-ms")
+		b.ReportMetric(ms(paired(cpuGPUWrapped, cpuGPUPlain)), "gpu-paired-cpu-delta-ms")
+		fmt.Printf("GPU, %d rounds, medians (ms): runc %.1f wall %.1f CPU; this build %.1f wall %.1f CPU; base build %.1f wall %.1f CPU\n"+
+			"  paired deltas over runc: this build %+.1f wall %+.1f CPU; base build %+.1f wall %+.1f CPU; this build - base %+.1f wall %+.1f CPU\n",
+			rounds, ms(gpuPlain), ms(cpuGPUPlain), ms(gpuWrapped), ms(cpuGPUWrapped), ms(gpuBase), ms(cpuGPUBase),
+			ms(paired(gpuWrapped, gpuPlain)), ms(paired(cpuGPUWrapped, cpuGPUPlain)),
+			ms(paired(gpuBase, gpuPlain)), ms(paired(cpuGPUBase, cpuGPUPlain)),
+			ms(paired(gpuWrapped, gpuBase)), ms(paired(cpuGPUWrapped, cpuGPUBase)))
+	}
 	b.Logf("%d rounds, medians: non-GPU runc %.1f ms, muxflow-runtime %.1f ms (%+.1f); GPU runc %.1f ms, muxflow-runtime %.1f ms (%+.1f)",
 		rounds, ms(plain), ms(wrapped), ms(wrapped)-ms(plain), ms(gpuPlain), ms(gpuWrapped), ms(gpuWrapped)-ms(gpuPlain))
 }

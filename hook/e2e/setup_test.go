@@ -34,6 +34,13 @@ func lookTool(t testing.TB, name string) string { return testenv.Tool(t, name) }
 
 func newNode(t testing.TB, runtimeName, lib string) *node {
 	t.Helper()
+	return newNodeFrom(t, runtimeName, lib, "")
+}
+
+// newNodeFrom is newNode with muxd and muxflow-runtime from another build directory
+// (build: "" for the one under test), for benchmarks that compare two builds.
+func newNodeFrom(t testing.TB, runtimeName, lib, build string) *node {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("these tests run containers and need root (CI runs as root)")
 	}
@@ -43,6 +50,14 @@ func newNode(t testing.TB, runtimeName, lib string) *node {
 	}
 	testenv.Artifact(t, "bin/muxflow-hook")
 	testenv.Artifact(t, "bin/muxflow-wrapper")
+	if build != "" {
+		n.runtime, n.muxdBin = filepath.Join(build, "bin", "muxflow-runtime"), filepath.Join(build, "bin", "muxd")
+		for _, p := range []string{n.runtime, n.muxdBin} {
+			if _, err := os.Stat(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	// A short directory: unix socket paths are limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "mfe2e")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/procfs"
@@ -70,6 +71,13 @@ func plausibleContainerPID(pid int) error {
 	if st.KernelThread() {
 		return fmt.Errorf("%w: pid %d is a kernel thread, not a container's process", api.ErrInvalid, pid)
 	}
+	if !formerAncestors()[pid] {
+		// muxd's ancestors are a subset of those it had when first asked: a process
+		// whose parent exits is adopted by init or a subreaper, both already among
+		// them. A pid outside that set is not an ancestor now, and the walk (one
+		// /proc read per ancestor, on every start report) is spared.
+		return nil
+	}
 	for p, hops := os.Getpid(), 0; p > 1 && hops < 256; hops++ {
 		if p == pid {
 			if hops == 0 {
@@ -85,3 +93,18 @@ func plausibleContainerPID(pid int) error {
 	}
 	return nil
 }
+
+// formerAncestors is muxd and its ancestors as they were when first asked (pid 1
+// included), read once.
+var formerAncestors = sync.OnceValue(func() map[int]bool {
+	set := map[int]bool{1: true}
+	for p, hops := os.Getpid(), 0; p > 1 && hops < 256; hops++ {
+		set[p] = true
+		a, err := procfs.Read(p)
+		if err != nil {
+			break
+		}
+		p = a.PPID
+	}
+	return set
+})
