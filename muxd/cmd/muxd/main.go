@@ -12,6 +12,8 @@ import (
 )
 
 func main() {
+	tuneRuntime()
+	dropRelocations()
 	if err := daemon.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
