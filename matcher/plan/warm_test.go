@@ -90,6 +90,11 @@ func churn(r *rand.Rand, pattern string, reports []profile.NodeReport, jobs []Jo
 			g.Online = &profile.Workload{ID: "svc", Profile: p}
 			g.MemoryFreeMiB = 81920 - p.MemoryMiB
 		}
+	case "memory":
+		// Free memory only (same group): fits change for the jobs whose need it crosses.
+		for range 4 * some {
+			pick().MemoryFreeMiB = 2000 + 40000*r.Float64()
+		}
 	case "type-change":
 		rep := &reports[r.IntN(len(reports))]
 		for k := range rep.GPUs {
@@ -125,12 +130,12 @@ func churn(r *rand.Rand, pattern string, reports []profile.NodeReport, jobs []Jo
 // and reaches the same optimum.
 func TestWarmReplanMatchesCold(t *testing.T) {
 	patterns := []string{"unchanged", "service-change", "group-change", "gpus-removed", "jobs-removed", "unchanged",
-		"gpus-added", "jobs-added", "type-change", "mixed", "mixed", "unchanged"}
+		"gpus-added", "jobs-added", "memory", "type-change", "mixed", "memory", "mixed", "unchanged"}
 	shapes := []struct {
 		name                 string
 		gpus, jobs, svc, knd int
 	}{
-		{"saturated", 1600, 1600, 30, 20},
+		{"saturated", 1000, 1000, 30, 20},
 		{"few-jobs", 2400, 300, 40, 15}, // depths hold a few groups: rings of their own
 		{"few-gpus", 300, 900, 10, 12},
 	}
