@@ -258,14 +258,22 @@ func (d *Device) GpmSampleGet(s nvml.GpmSample) nvml.Return {
 	if sup, r := d.GpmQueryDeviceSupport(); r != nvml.SUCCESS || sup.IsSupportedDevice == 0 {
 		return nvml.ERROR_NOT_SUPPORTED
 	}
-	// bypass the cache: GPM deltas need the reading of this instant
-	d.l.mu.Lock()
-	d.l.cache = nil
-	d.l.mu.Unlock()
+	// A reading from the cache is as good as a fresh one (its counters and its time
+	// stamp are of the same instant), and the monitor samples every GPU's GPM one after
+	// the other: one reading serves them all. Only a second sample of this device from
+	// the reading its previous one came from would measure no time, so that one forces
+	// a new reading.
 	st, r := d.l.dev(d.index)
+	if r == nvml.SUCCESS && d.l.gpmStamp(d.index) == st.TimestampUnixUs {
+		d.l.mu.Lock()
+		d.l.cache = nil
+		d.l.mu.Unlock()
+		st, r = d.l.dev(d.index)
+	}
 	if r != nvml.SUCCESS {
 		return r
 	}
+	d.l.setGPMStamp(d.index, st.TimestampUnixUs)
 	*g = GpmSample{valid: true, dev: d.index, sms: st.SMs, at: time.UnixMicro(st.TimestampUnixUs),
 		busyNs: st.BusyNs, smNs: st.SMNs}
 	return nvml.SUCCESS

@@ -42,6 +42,8 @@ type Lib struct {
 	xidSeq    uint64
 	xidsAt    atomic.Int64
 	noAllXids bool // gpusimd cannot answer for every device at once (an older one)
+	// gpmAt is, by device, the time stamp of the reading its last GPM sample came from.
+	gpmAt map[int]int64
 }
 
 var _ nvml.Interface = (*Lib)(nil)
@@ -89,6 +91,21 @@ func (l *Lib) stats() ([]simclient.DeviceStats, nvml.Return) {
 		}
 	}
 	return l.cache, nvml.SUCCESS
+}
+
+func (l *Lib) gpmStamp(dev int) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gpmAt[dev]
+}
+
+func (l *Lib) setGPMStamp(dev int, at int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gpmAt == nil {
+		l.gpmAt = map[int]int64{}
+	}
+	l.gpmAt[dev] = at
 }
 
 // xidsFresh reports whether a refresh asked gpusimd for Xids within d.

@@ -310,3 +310,30 @@ func TestXidEventsRideOnSampling(t *testing.T) {
 		t.Errorf("the set polled gpusimd %d times while readings were refreshed", n)
 	}
 }
+
+// Two GPM samples of one device taken back to back come from different readings (the
+// second would otherwise measure no time); samples of different devices may share one.
+func TestGPMSamplesBackToBack(t *testing.T) {
+	_, l := setup(t, "h100x2")
+	h0, _ := l.DeviceGetHandleByIndex(0)
+	h1, _ := l.DeviceGetHandleByIndex(1)
+	a, _ := l.GpmSampleAlloc()
+	b, _ := l.GpmSampleAlloc()
+	c, _ := l.GpmSampleAlloc()
+	for _, s := range []struct {
+		h nvml.Device
+		g nvml.GpmSample
+	}{{h0, a}, {h1, c}, {h0, b}} {
+		if r := s.h.GpmSampleGet(s.g); r != nvml.SUCCESS {
+			t.Fatalf("GpmSampleGet: %v", r)
+		}
+	}
+	q := &nvml.GpmMetricsGetType{NumMetrics: 1, Sample1: a, Sample2: b}
+	q.Metrics[0].MetricId = uint32(nvml.GPM_METRIC_GRAPHICS_UTIL)
+	if r := l.GpmMetricsGet(q); r != nvml.SUCCESS {
+		t.Fatalf("GpmMetricsGet: %v", r)
+	}
+	if nvmlsim.GPMSampleTime(a).Equal(nvmlsim.GPMSampleTime(b)) {
+		t.Errorf("two back-to-back GPM samples of one device share a reading (%v)", nvmlsim.GPMSampleTime(a))
+	}
+}
