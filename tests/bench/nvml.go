@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -57,5 +58,50 @@ func benchNVML(ctx context.Context) error {
 		m.Close()
 		fmt.Printf("%-40s %14.2f %13.0f µs\n", sc.name, float64(c.Total())/polls/8, cpu/polls*1e6)
 	}
+	return faultReaction(ctx, sim, lib)
+}
+
+// faultReaction measures how long an Xid takes from gpusimd to the monitor's fault event
+// when the monitor runs as in muxd: NVML error events in their own goroutine, sampling
+// every period (on gpusim the event set's Xids come with the samples' readings).
+func faultReaction(ctx context.Context, sim *simclient.Daemon, lib nvml.Interface) error {
+	const faults = 10
+	cfg := monitor.DefaultConfig()
+	m, err := monitor.New(lib, cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	events, cancelSub := m.Subscribe(64)
+	defer cancelSub()
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	time.Sleep(time.Second)
+	var lat []float64
+	for i := range faults {
+		// Xid 13 (an application's fault): informational for the GPU, no state held.
+		time.Sleep(time.Duration(137+i*53) * time.Millisecond) // at varied phases of the period
+		t0 := time.Now()
+		if err := sim.InjectFault(ctx, simclient.Fault{Device: i % 8, Xid: 13}); err != nil {
+			return err
+		}
+		timeout := time.After(2 * time.Second)
+	wait:
+		for {
+			select {
+			case e := <-events:
+				if e.Kind == monitor.EventFault && e.GPU == i%8 {
+					lat = append(lat, float64(time.Since(t0).Microseconds())/1000)
+					break wait
+				}
+			case <-timeout:
+				return fmt.Errorf("no fault event within 2 s of Xid 13 on GPU %d", i%8)
+			}
+		}
+	}
+	fmt.Printf("\n== GPU fault reaction: Xid injected into gpusimd -> monitor fault event (%d faults, 100 ms sampling)\n", faults)
+	fmt.Printf("median %.0f ms, max %.0f ms; runs %s\n", median(lat), slices.Max(lat), fmtAll(lat, "%.0f"))
 	return nil
 }
