@@ -327,3 +327,51 @@ func TestRuntimeCreateWatchesPidFile(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeCreatePidFileRuntimeExits: a runtime (here a helper process that sends the
+// create request and exits) that exits without writing its pid file has muxd forget the
+// container, as the runtime's own reporter did.
+func TestRuntimeCreatePidFileRuntimeExits(t *testing.T) {
+	n, _ := runtimeNode(t)
+	bundle := filepath.Join(n.dir, "bundle")
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gpu := specWith([]string{"NVIDIA_VISIBLE_DEVICES=0"}, map[string]string{"muxflow.io/class": "offline"})
+	spec := filepath.Join(n.dir, "spec.json")
+	writeFile(t, spec, string(gpu))
+	q := url.Values{"id": {"gone"}, "bundle": {bundle}, "pid_file": {filepath.Join(bundle, "init.pid")}}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPidWatchHelperRuntime$")
+	cmd.Env = append(os.Environ(), "MUXFLOW_TEST_HELPER_SOCKET="+n.socket,
+		"MUXFLOW_TEST_HELPER_PATH="+api.Prefix+"/runtime/create?"+q.Encode(), "MUXFLOW_TEST_HELPER_SPEC="+spec)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "status 201") {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := n.client.Container(context.Background(), "gone")
+		if client.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the container of a runtime that exited is still registered (%v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPidWatchHelperRuntime is the runtime of TestRuntimeCreatePidFileRuntimeExits: it sends
+// the create request, prints the status and exits.
+func TestPidWatchHelperRuntime(t *testing.T) {
+	socket := os.Getenv("MUXFLOW_TEST_HELPER_SOCKET")
+	if socket == "" {
+		t.Skip("helper process only")
+	}
+	spec, err := os.ReadFile(os.Getenv("MUXFLOW_TEST_HELPER_SPEC"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := post(t, socket, os.Getenv("MUXFLOW_TEST_HELPER_PATH"), spec)
+	fmt.Printf("status %d %s\n", code, body[:min(len(body), 80)])
+}
