@@ -177,9 +177,9 @@ func runcSpec(t testing.TB, rootfs string) []byte {
 		},
 		"annotations": map[string]string{"muxflow.io/class": "offline"},
 		"linux": map[string]any{
-			"resources":   map[string]any{"devices": []map[string]any{{"allow": false, "access": "rwm"}}},
-			"namespaces":  []map[string]any{{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "cgroup"}},
-			"maskedPaths": []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
+			"resources":     map[string]any{"devices": []map[string]any{{"allow": false, "access": "rwm"}}},
+			"namespaces":    []map[string]any{{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "cgroup"}},
+			"maskedPaths":   []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
 			"readonlyPaths": []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
 	}

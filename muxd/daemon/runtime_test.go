@@ -301,7 +301,9 @@ func TestRuntimeCreateWatchesPidFile(t *testing.T) {
 	}
 	pid := containerProcess(t)
 	writePid(pidFile, pid)
-	waitState("w1", func(c api.Container, err error) bool { return err == nil && c.State == api.StateRunning && c.PID == pid })
+	waitState("w1", func(c api.Container, err error) bool {
+		return err == nil && c.State == api.StateRunning && c.PID == pid
+	})
 
 	// A pid file naming a process that has exited already (a short `runc run`): forgotten.
 	gone := exec.Command("true")
