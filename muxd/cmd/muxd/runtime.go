@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,10 +17,21 @@ import (
 // still let an API call run beside a long step (about 10 ms at 1,000 containers).
 const maxProcs = 2
 
-// tuneRuntime applies maxProcs unless GOMAXPROCS is set in the environment.
+// gcPercent is muxd's GOGC. Its live heap is small (1 MiB idle, 5 MiB at 1,000
+// containers) but the default (100) lets the heap grow to twice that, and to 4 MiB at
+// least, between collections, all of it in the RSS; 75 takes 2.5 MiB off the RSS at
+// 1,000 containers for a collection every 0.5 s instead of 0.7 s (about 0.05 % of a
+// core at 8 GPUs x 16 containers on gpusim, within the measurements' noise).
+const gcPercent = 75
+
+// tuneRuntime applies maxProcs and gcPercent unless GOMAXPROCS or GOGC is set in the
+// environment.
 func tuneRuntime() {
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set && runtime.GOMAXPROCS(0) > maxProcs {
 		runtime.GOMAXPROCS(maxProcs)
+	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(gcPercent)
 	}
 }
 

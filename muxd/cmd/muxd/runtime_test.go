@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"testing"
 )
 
@@ -34,10 +35,17 @@ func TestTuneRuntimeCapsProcs(t *testing.T) {
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {
 		t.Skip("GOMAXPROCS set in the environment")
 	}
+	if _, set := os.LookupEnv("GOGC"); set {
+		t.Skip("GOGC set in the environment")
+	}
 	old := runtime.GOMAXPROCS(8)
 	defer runtime.GOMAXPROCS(old)
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	tuneRuntime()
 	if n := runtime.GOMAXPROCS(0); n != maxProcs {
 		t.Errorf("GOMAXPROCS %d after tuneRuntime, want %d", n, maxProcs)
+	}
+	if p := debug.SetGCPercent(100); p != gcPercent {
+		t.Errorf("GOGC %d after tuneRuntime, want %d", p, gcPercent)
 	}
 }
