@@ -47,8 +47,8 @@ func TestSupervisorRestartsDeadAndHungDaemons(t *testing.T) {
 	c := fakeControl(t)
 	restarts := make(chan string, 10)
 	s := &Supervisor{
-		Control:   c,
-		Defaults:  Defaults{ActiveThreadPercentage: 50, PinnedMemLimit: 2 << 30, Devices: 2},
+		Control:    c,
+		Defaults:   Defaults{ActiveThreadPercentage: 50, PinnedMemLimit: 2 << 30, Devices: 2},
 		Period:     100 * time.Millisecond,
 		ProbeEvery: 300 * time.Millisecond,
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
