@@ -83,8 +83,9 @@ type Signal struct {
 	// regular online service is due (AheadDefault = on).
 	Ahead HoldAhead
 	// FitPercent: an offline process whose MPS active-thread percentage is at most this
-	// leaves the online kernels of its GPUs room to run at once, so it neither holds
-	// nor bounds its launches for them (0: none does). Re-read every 32nd launch.
+	// leaves the online kernels of its GPUs room to run at once, so its launches are not
+	// bounded for them (it still holds new ones while online work is in flight; 0: none
+	// fits). Re-read every 32nd launch.
 	FitPercent uint32
 }
 

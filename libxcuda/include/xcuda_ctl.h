@@ -78,8 +78,9 @@
 /* Version 5: online processes publish how wide their kernels are (usage online_width,
  * see below), muxd sizes the offline contexts' MPS active-thread percentage so that the
  * online kernels fit beside them, and tells offline processes up to which percentage
- * they leave that room (limits online_fit_pct): such a process need not hold or bound
- * its launches for online work, which no longer waits for its SMs. */
+ * they leave that room (limits online_fit_pct): such a process need not bound its
+ * outstanding work for online work, which no longer waits for its SMs (it still holds
+ * new launches while online work is in flight). */
 #define XCUDA_WIDTH_BP_MASK 0xffffu   /* online_width: low 16 bits, basis points */
 #define XCUDA_WIDTH_EPOCH_SHIFT 16u    /* high 16 bits: CLOCK_MONOTONIC / WIDTH_EPOCH_NS */
 #define XCUDA_WIDTH_EPOCH_NS 8000000000ull /* 8 s: the widest launch of each epoch */
@@ -114,8 +115,8 @@ typedef struct xcuda_limits {
     uint64_t queue_ns;              /* outstanding GPU time while online is active; 0 = default */
     uint32_t hold_ahead;            /* XCUDA_AHEAD_*: hold before a regular online arrival */
     /* Version 5: an offline process created with an MPS active-thread percentage at
-     * most this leaves room for the online kernels of its GPUs and need not hold for
-     * them (0: none does). Re-read every 32nd launch. */
+     * most this leaves room for the online kernels of its GPUs and need not bound its
+     * outstanding work for them (0: none does). Re-read every 32nd launch. */
     uint32_t online_fit_pct;
     uint64_t reserved[10];
 } xcuda_limits;

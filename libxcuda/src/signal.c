@@ -40,9 +40,7 @@ static uint64_t online_seen;
 /* What xc_sig.w0 points at when the fast path must not be taken: follow: 1 (busy),
  * publish: 0 (unset). A follower with one slot points w0 here while online work was seen
  * within XCUDA_SHRINK_NS, so that even an unthrottled process takes the slow path, where
- * its outstanding work is bounded (xc_signal_bounds), and back at its slot after; and at
- * [1] (idle, for a follower) while its MPS percentage leaves the online kernels room
- * (follow_fitted). */
+ * its outstanding work is bounded (xc_signal_bounds), and back at its slot after. */
 const uint64_t xc_never_quiet[2] = {1, 0};
 #define never_quiet xc_never_quiet
 
@@ -54,6 +52,9 @@ static void follow_slow(int on)
     if (XC_LOAD(&xc_sig.w0) != want)
         XC_STORE(&xc_sig.w0, want);
 }
+
+/* Set while this offline process leaves the online kernels room (follow_fitted). */
+static _Atomic int fitted;
 
 #define HOLD_POLL_NS 50000ull /* re-check the signal every 50 us while holding */
 
@@ -309,7 +310,8 @@ static void hold(void)
     ahead_observe(v, now);
     if (v != 0) {
         XC_STORE(&online_seen, now);
-        follow_slow(1);
+        if (!atomic_load_explicit(&fitted, memory_order_relaxed))
+            follow_slow(1);
     } else if (!ahead || ahead_until(now, xc_gate_launch_est_ns()) == 0) {
         return;
     }
@@ -360,11 +362,11 @@ static void hold(void)
 
 /* Whether this offline process's contexts leave the online kernels of its GPUs room:
  * created with an MPS percentage at most the limits' online_fit_pct (see
- * xcuda_limits). Then online work never waits for its SMs, and holding or bounding its
- * launches would only cost offline throughput. Re-read on the slow path, which every
- * 32nd launch of a thread takes. */
-static _Atomic int fitted;
-
+ * xcuda_limits). Then an online kernel never waits for this process's blocks to retire,
+ * which is what bounding its outstanding work is for: it still holds new launches while
+ * online work is in flight (co-resident blocks, memory traffic and power still slow the
+ * online kernels), but keeps its launches unmeasured and its queue unbounded. Re-read on
+ * the slow path, which every 32nd launch of a thread takes. */
 static int fits_now(void)
 {
     uint32_t fit = XC_LOAD(&xc.lim->online_fit_pct);
@@ -378,23 +380,17 @@ int xc_signal_online_recent(uint64_t now)
            now - seen < XCUDA_SHRINK_NS && !atomic_load_explicit(&fitted, memory_order_relaxed);
 }
 
-/* A follower that fits runs as if no online work were published: with one slot, w0
- * points at a constant idle word so the fast path is taken; with several, the slow path
- * comes back here and returns. */
-static int follow_fitted(void)
+/* Refreshes `fitted`; a follower with one slot that was bounding goes back to its slot. */
+static void follow_fitted(void)
 {
     int f = fits_now();
-    if (f != atomic_load_explicit(&fitted, memory_order_relaxed)) {
-        atomic_store_explicit(&fitted, f, memory_order_relaxed);
-        xc_log("MPS percentage %u %s the online kernels room: %s", xc_mps_pct,
-               f ? "leaves" : "no longer leaves", f ? "not holding for them" : "holding again");
-    }
-    if (xc_sig.n == 1) {
-        const uint64_t *want = f ? &never_quiet[1] : xc_sig.w[0];
-        if (XC_LOAD(&xc_sig.w0) != want && (f || XC_LOAD(&xc_sig.w0) == &never_quiet[1]))
-            XC_STORE(&xc_sig.w0, want);
-    }
-    return f;
+    if (f == atomic_load_explicit(&fitted, memory_order_relaxed))
+        return;
+    atomic_store_explicit(&fitted, f, memory_order_relaxed);
+    xc_log("MPS percentage %u %s the online kernels room: %s", xc_mps_pct,
+           f ? "leaves" : "no longer leaves", f ? "launches unbounded" : "bounded again");
+    if (f)
+        follow_slow(0);
 }
 
 void xc_signal_launch(void)
@@ -405,9 +401,8 @@ void xc_signal_launch(void)
         /* Every 32nd launch of a thread comes here anyway: refresh then. */
         if (!all_quiet() || (xc_tls_launches & XC_FLUSH_MASK) == 0)
             publish();
-    } else if (follow_fitted()) {
-        return;
     } else {
+        follow_fitted();
         if (!all_quiet() || XC_LOAD(&ahead_period) != 0)
             hold();
         else if (XC_LOAD(&ahead_prev) != 0)

@@ -151,7 +151,7 @@ type Ceiling struct {
 	MPSThreadPercent uint32 `json:"mps_thread_percent"`
 	// FitPercent, when set, is the MPS percentage up to which its processes leave the
 	// online kernels of its GPUs room to run at once (their GPUs' MPS budgets were sized
-	// for that): those need not hold their launches for online work.
+	// for that): their launches need not be bounded for online work.
 	FitPercent uint32 `json:"fit_percent,omitempty"`
 	// BoundBy names the limit that binds: "own sm-percent", "GPU budget" or "paused".
 	BoundBy string `json:"bound_by"`
@@ -209,7 +209,7 @@ type GPU struct {
 	OfflineMPS     float64 `json:"offline_mps"`
 	OfflineMPSFits bool    `json:"offline_mps_fits,omitempty"`
 	// OfflineMPSPowerCapped: the budget fits, but the GPU ran at its power cap lately:
-	// offline keeps holding its launches for online work.
+	// offline keeps its launches bounded for online work.
 	OfflineMPSPowerCapped bool `json:"offline_mps_power_capped,omitempty"`
 	// DemandSource says where the online utilisation behind the estimate came from, and
 	// why a conservative fallback was used when the online processes could not be found.

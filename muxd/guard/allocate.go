@@ -41,7 +41,6 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 	g.loop.demands = ds
 	out := g.loop.decisions[:0]
 	fits := g.loop.fits[:0]
-	cfg := g.loop.allocCfg
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, v := range sv.views {
@@ -72,24 +71,6 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 			st.haveGood, st.lastGood, st.source, st.failing = false, 0, "", false
 			st.width = alloc.Width{}
 		}
-		f := mpsFit{budget: cfg.OfflineMax}
-		if in.Online {
-			f.width = st.width.Observe(r.widths[uuid], now)
-			if cfg.Fit {
-				f.budget, f.fits = alloc.FitBudget(f.width, cfg.OfflineMax, cfg.FitMin)
-			}
-			if v.status.Sample.PowerCapped() {
-				st.powerCapped = now
-			}
-			if f.fits && !st.powerCapped.IsZero() && now.Sub(st.powerCapped) < alloc.WidthMemory {
-				f.fits, f.powerCapped = false, true
-			}
-		}
-		if f != st.fit {
-			g.Log.Info("offline MPS budget", "gpu", uuid, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped)
-		}
-		st.fit = f
-		fits = append(fits, f)
 		a := g.loop.allocs[uuid]
 		if a == nil {
 			a = alloc.New(g.loop.allocCfg)
@@ -99,9 +80,41 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 		g.decisions[uuid] = d
 		g.noteChange(st, v, d, now)
 		out = append(out, d)
+		fits = append(fits, g.fitMPS(v, st, d, r.widths[uuid], now))
 	}
 	g.loop.decisions, g.loop.fits = out, fits
 	return out
+}
+
+// fitMPS sizes one GPU's offline MPS budget for this period from the width of its online
+// kernels (width: the widest this period's usage reads saw, 0: none) and says whether
+// offline processes created at their part of it need not bound their launches for online
+// work: not where the GPU ran at its power cap lately (every offline SM lowers the online
+// kernels' clock there), nor during a burst (every online cycle counts: co-resident
+// blocks and memory traffic still slow the online kernels). g.mu held.
+func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64, now time.Time) mpsFit {
+	cfg := g.loop.allocCfg
+	f := mpsFit{budget: cfg.OfflineMax}
+	if len(v.online) > 0 {
+		f.width = st.width.Observe(width, now)
+		if cfg.Fit {
+			f.budget, f.fits = alloc.FitBudget(f.width, cfg.OfflineMax, cfg.FitMin)
+		}
+		if v.status.Sample.PowerCapped() {
+			st.powerCapped = now
+		}
+		if f.fits && !st.powerCapped.IsZero() && now.Sub(st.powerCapped) < alloc.WidthMemory {
+			f.fits, f.powerCapped = false, true
+		}
+		if d.Burst {
+			f.fits = false
+		}
+	}
+	if f.width != st.fit.width || f.budget != st.fit.budget {
+		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped)
+	}
+	st.fit = f
+	return f
 }
 
 // ceilingParts is one period's split of the GPUs' budgets, per offline container.
@@ -120,7 +133,7 @@ type ceilingParts struct {
 // alloc.FitBudget); a container on several GPUs gets the smallest of its parts, and never
 // more than its own ceiling (blocks.OwnCeiling). Where every GPU of a container has a
 // budget that fits, its block says up to which percentage its processes leave the online
-// kernels room (they then need not hold for them). A GPU whose health stops offline work
+// kernels room (their launches then need not be bounded for them). A GPU whose health stops offline work
 // pauses its offline containers.
 func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *policy.Policy) {
 	cp := &g.loop.parts

@@ -181,11 +181,12 @@ func TestLaunchBurstCutsTheCeilingWithAReason(t *testing.T) {
 	var launches uint64
 	step := func(perPeriod uint64) Status {
 		launches += perPeriod
-		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.Launches = launches })
+		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.Launches = launches; r.OnlineWidth[0] = widthBP(5000) })
 		f.g.Step(context.Background(), now)
 		now = now.Add(100 * time.Millisecond)
 		return f.status(t, "GPU-a")
 	}
+	fit := func() uint32 { return f.blk["train"].Limits().Signal.FitPercent }
 	// Calm: 40 launches a period (400/s) at 10% utilisation.
 	var st Status
 	for range 40 {
@@ -194,9 +195,15 @@ func TestLaunchBurstCutsTheCeilingWithAReason(t *testing.T) {
 	if st.Burst || math.Abs(st.OfflineShare-0.7) > 1e-9 || st.ReasonKey != "calm" {
 		t.Fatalf("calm: %+v", st)
 	}
+	if fit() != 50 {
+		t.Errorf("calm, half-GPU online kernels: offline block says %d%% fits, want 50%%", fit())
+	}
 	st = step(200)
 	if !st.Burst || st.ReasonKey != "burst" || st.OfflineShare > 0.45 || st.OnlineDemand < 0.45 {
 		t.Fatalf("5x launches: %+v", st)
+	}
+	if fit() != 0 {
+		t.Errorf("in a burst the offline launches are bounded again, but the block says %d%% fits", fit())
 	}
 	if h := st.History; len(h) == 0 || h[len(h)-1].Reason != "burst" || math.Abs(h[len(h)-1].To-100*st.OfflineShare) > 0.01 {
 		t.Errorf("history does not end with the burst: %+v", st.History)
@@ -208,5 +215,8 @@ func TestLaunchBurstCutsTheCeilingWithAReason(t *testing.T) {
 	st = step(40)
 	if st.Burst || st.ReasonKey != "burst over" || math.Abs(st.OfflineShare-0.7) > 0.02 {
 		t.Errorf("two calm periods after the burst: %+v", st)
+	}
+	if fit() != 50 {
+		t.Errorf("after the burst: offline block says %d%% fits, want 50%% again", fit())
 	}
 }

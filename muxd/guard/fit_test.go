@@ -89,7 +89,7 @@ func TestOnlineWidthIsRemembered(t *testing.T) {
 // A GPU that ran at its power cap with online work on it keeps its fitted budget (new
 // offline processes still leave the online kernels their SMs) but no longer tells the
 // offline blocks they fit: every offline SM lowers the clock the online kernels run at,
-// so offline keeps holding for them, until the cap has not been seen for the width memory.
+// so offline keeps its launches bounded, until the cap has not been seen for the width memory.
 func TestPowerCapKeepsOfflineHolding(t *testing.T) {
 	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
 	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })

@@ -140,7 +140,7 @@ type mpsFit struct {
 	budget float64 // split among the offline containers, like the launch-gate ceiling
 	fits   bool    // budget leaves the online kernels room (alloc.FitBudget)
 	// powerCapped: the budget fits, but the GPU ran at its power cap lately, where
-	// every offline SM slows the online kernels' clock: offline keeps holding for them.
+	// every offline SM slows the online kernels' clock: offline stays bounded.
 	powerCapped bool
 }
 
@@ -170,7 +170,7 @@ type Status struct {
 	MPSBudget   float64 `json:"mps_budget"`
 	Fits        bool    `json:"fits,omitempty"`
 	// PowerCapped: the budget fits but the GPU ran at its power cap lately, so offline
-	// keeps holding for online work (a lower clock slows the online kernels too).
+	// stays bounded for online work (a lower clock slows the online kernels too).
 	PowerCapped bool `json:"power_capped,omitempty"`
 }
 

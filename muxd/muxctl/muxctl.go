@@ -292,7 +292,7 @@ func offlineMPS(g api.GPU) string {
 	case g.OfflineMPSFits:
 		s += fmt.Sprintf(" (fits online %.0f%%)", g.OnlineWidth)
 	case g.OfflineMPSPowerCapped:
-		s += fmt.Sprintf(" (fits online %.0f%%; power-capped: offline holds)", g.OnlineWidth)
+		s += fmt.Sprintf(" (fits online %.0f%%; power-capped: offline bounded)", g.OnlineWidth)
 	case g.OnlineWidth > 0:
 		s += fmt.Sprintf(" (online %.0f%% too wide)", g.OnlineWidth)
 	}
