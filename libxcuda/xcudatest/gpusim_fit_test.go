@@ -1,7 +1,6 @@
 package xcudatest
 
 import (
-	"context"
 	"math"
 	"strings"
 	"testing"
@@ -61,21 +60,8 @@ func TestGpusimOnlineWidth(t *testing.T) {
 // online result.
 func fitRun(t *testing.T, fit uint32) (ctlblock.Usage, inferResult) {
 	t.Helper()
-	page := signalPage(t)
-	onLim := ctlblock.Unlimited()
-	onLim.Signal = ctlblock.Signal{Role: ctlblock.SignalPublish, GPUs: 1}
-	on := newHarness(t, onLim)
-	d := on.useGpusim(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := d.StartMPS(ctx); err != nil {
-		t.Fatal(err)
-	}
-	on.extraEnv = append(on.extraEnv, ctlblock.EnvSignal+"="+page.Path())
-	offLim := ctlblock.Limits{ShareBP: ctlblock.ShareFull, MPSActiveThreadPercent: 50,
-		Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, FitPercent: fit}}
-	off := newHarness(t, offLim)
-	off.driverDir, off.extraEnv = on.driverDir, append([]string(nil), on.extraEnv...)
+	on, off, d, _ := mpsPair(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MPSActiveThreadPercent: 50,
+		Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, FitPercent: fit}})
 	train := off.gpusimCommand(d, "train", "--duration", "4", "--mem", "64M", "--kernel-us", "1000")
 	var tout strings.Builder
 	train.Stdout, train.Stderr = &tout, &tout

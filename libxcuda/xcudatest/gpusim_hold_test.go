@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxflow/muxflow/gpusim/simclient"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 )
 
@@ -21,20 +22,7 @@ type inferResult struct {
 // the given offline signal role, and returns infer's result and train's iterations.
 func holdRun(t *testing.T, role ctlblock.SignalRole) (inferResult, trainResult) {
 	t.Helper()
-	page := signalPage(t)
-	onLim := ctlblock.Unlimited()
-	onLim.Signal = ctlblock.Signal{Role: ctlblock.SignalPublish, GPUs: 1}
-	on := newHarness(t, onLim)
-	d := on.useGpusim(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := d.StartMPS(ctx); err != nil {
-		t.Fatal(err)
-	}
-	on.extraEnv = append(on.extraEnv, ctlblock.EnvSignal+"="+page.Path())
-	offLim := ctlblock.Limits{ShareBP: 7000, Signal: ctlblock.Signal{Role: role, GPUs: 1}}
-	off := newHarness(t, offLim)
-	off.driverDir, off.extraEnv = on.driverDir, append([]string(nil), on.extraEnv...)
+	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 7000, Signal: ctlblock.Signal{Role: role, GPUs: 1}})
 	train := off.gpusimCommand(d, "train", "--duration", "5", "--mem", "64M", "--kernel-us", "2000")
 	var tout strings.Builder
 	train.Stdout, train.Stderr = &tout, &tout
@@ -63,6 +51,26 @@ func holdRun(t *testing.T, role ctlblock.SignalRole) (inferResult, trainResult) 
 		t.Errorf("infer has exited, but its GPU's slot still says %d", v)
 	}
 	return lastJSON[inferResult](t, string(out)), lastJSON[trainResult](t, tout.String())
+}
+
+// mpsPair starts one simulated H100 with MPS and returns two harnesses on it that share a
+// GPU signal page: an online one (publishing to slot 0) and an offline one with offLim.
+func mpsPair(t *testing.T, offLim ctlblock.Limits) (on, off *harness, d *simclient.Daemon, page *ctlblock.SignalPage) {
+	t.Helper()
+	page = signalPage(t)
+	onLim := ctlblock.Unlimited()
+	onLim.Signal = ctlblock.Signal{Role: ctlblock.SignalPublish, GPUs: 1}
+	on = newHarness(t, onLim)
+	d = on.useGpusim(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.StartMPS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	on.extraEnv = append(on.extraEnv, ctlblock.EnvSignal+"="+page.Path())
+	off = newHarness(t, offLim)
+	off.driverDir, off.extraEnv = on.driverDir, append([]string(nil), on.extraEnv...)
+	return on, off, d, page
 }
 
 // TestGpusimHoldProtectsOnline: on gpusim, an offline train that follows the signal page
