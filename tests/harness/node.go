@@ -86,10 +86,13 @@ type node struct {
 
 // startNode brings a node up; stop tears it down (always call it).
 func startNode(ctx context.Context, s *Scenario, m mode, art Artifacts, dir string, alloc string, log *slog.Logger) (*node, error) {
-	classes := ""
+	sections := ""
 	if p := s.Muxflow.OfflineSMMax; p != nil {
 		b, _ := p.MarshalText()
-		classes = "[classes.offline]\nsm_max = " + strconv.Quote(string(b)) + "\n"
+		sections = "[classes.offline]\nsm_max = " + strconv.Quote(string(b)) + "\n"
+	}
+	if q := s.Muxflow.HoldQueue; q != nil {
+		sections += "[hold]\nqueue = " + strconv.Quote(q.D().String()) + "\n"
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
@@ -111,7 +114,7 @@ func startNode(ctx context.Context, s *Scenario, m mode, art Artifacts, dir stri
 			return nil, err
 		}
 	case modeMuxd:
-		if err := n.startMuxd(ctx, alloc, classes); err != nil {
+		if err := n.startMuxd(ctx, alloc, sections); err != nil {
 			n.stop()
 			return nil, err
 		}
@@ -138,13 +141,13 @@ period = "100ms"
 containerd_address = ""
 %s`
 
-func (n *node) startMuxd(ctx context.Context, alloc, classes string) error {
+func (n *node) startMuxd(ctx context.Context, alloc, sections string) error {
 	// Unix socket paths are short; muxd's run directory lives beside gpusimd's socket.
 	run := filepath.Join(n.sim.Dir, "muxd")
 	n.signal = ctlblock.SignalPagePath(run)
 	state := filepath.Join(n.dir, "muxd-state")
 	sock := filepath.Join(run, "muxd.sock")
-	text := fmt.Sprintf(muxdPolicy, state, run, sock, n.art.MPSControl, n.sim.MPSPipeDir(), n.sim.MPSLogDir(), alloc, classes)
+	text := fmt.Sprintf(muxdPolicy, state, run, sock, n.art.MPSControl, n.sim.MPSPipeDir(), n.sim.MPSLogDir(), alloc, sections)
 	pol := filepath.Join(n.dir, "policy.toml")
 	if err := os.WriteFile(pol, []byte(text), 0o644); err != nil {
 		return fmt.Errorf("write muxd policy: %w", err)

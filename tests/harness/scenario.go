@@ -91,6 +91,9 @@ type Alloc struct {
 	// Fit is the policy's alloc.fit (default on): size the offline MPS percentage so
 	// that the online kernels fit beside the offline ones.
 	Fit *bool `toml:"fit"`
+	// HoldQueue is the policy's hold.queue: the GPU time an offline process keeps
+	// outstanding while online work is recent.
+	HoldQueue *policy.Duration `toml:"hold_queue"`
 }
 
 // LoadScenario reads and validates a scenario file. Unknown keys are errors.
