@@ -320,8 +320,8 @@ func (p *Policy) Validate() error {
 	if p.Alloc.GiveBack <= 0 {
 		add("alloc.give_back", "must be above 0%%")
 	}
-	if p.Alloc.FitMin < 1 || p.Alloc.FitMin > p.Classes.Offline.SMMax {
-		add("alloc.fit_min", "must be between 1%% and classes.offline.sm_max (%v%%), got %v%%", float64(p.Classes.Offline.SMMax), float64(p.Alloc.FitMin))
+	if p.Alloc.FitMin < 1 || p.Alloc.FitMin > 100 {
+		add("alloc.fit_min", "must be between 1%% and 100%%, got %v%%", float64(p.Alloc.FitMin))
 	}
 	positive("evict.grace", p.Evict.Grace, "with none, SIGKILL follows SIGTERM at once and offline work cannot drain, which is what keeps online work safe")
 	if p.Evict.Grace.D() > 10*60e9 {

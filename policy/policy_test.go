@@ -67,6 +67,8 @@ func TestParseErrors(t *testing.T) {
 		{"enum", "[alloc]\nmode = \"greedy\"\n", []string{"line 2", "alloc.mode", `"greedy"`}},
 		{"range: hold queue", "[hold]\nqueue = \"0s\"\n", []string{"line 2", "hold.queue", "between 1us and 100ms"}},
 		{"type: hold ahead", "[hold]\nahead = \"yes\"\n", []string{"line 2", "hold.ahead"}},
+		{"range: fit_min", "[alloc]\nfit_min = \"0%\"\n", []string{"line 2", "alloc.fit_min", "between 1% and 100%"}},
+		{"type: fit", "[alloc]\nfit = \"yes\"\n", []string{"line 2", "alloc.fit"}},
 		{"class default", "[classify]\ndefault = \"batch\"\n", []string{"classify.default"}},
 		{"annotation key", "[classify]\nclass_annotation = \"a b\"\n", []string{"classify.class_annotation"}},
 		{"bool as int", "[errors]\nrestart_mps = 1\n", []string{"line 2", "errors.restart_mps"}},
