@@ -44,6 +44,10 @@
 //
 // The unit is a share of GPU time (0..1), the quantity libxcuda's launch gate enforces,
 // so the allocator's gain does not depend on the GPU's SM count.
+//
+// Besides the time share, a GPU has an offline MPS budget (FitBudget): the share of its
+// SMs the offline contexts may hold at once, sized so that the online kernels (their
+// width, Width) fit in what the offline ones leave, since MPS preempts nothing.
 package alloc
 
 import (
