@@ -46,11 +46,9 @@ func BenchmarkPlanRound(b *testing.B) {
 // frac of its jobs replaced by new ones: one round's churn.
 func perturbed(reports []profile.NodeReport, jobs []Job, frac float64, seed uint64) ([]profile.NodeReport, []Job) {
 	r := rand.New(rand.NewPCG(seed, 2))
-	out := make([]profile.NodeReport, len(reports))
+	out, nj := CloneRound(reports, jobs)
 	total := 0
-	for i, rep := range reports {
-		out[i] = rep
-		out[i].GPUs = append([]profile.GPUReport(nil), rep.GPUs...)
+	for _, rep := range out {
 		total += len(rep.GPUs)
 	}
 	for range int(frac * float64(total)) {
@@ -58,7 +56,6 @@ func perturbed(reports []profile.NodeReport, jobs []Job, frac float64, seed uint
 		b := out[r.IntN(len(out))].GPUs[r.IntN(8)]
 		a.Online, a.MemoryFreeMiB = b.Online, b.MemoryFreeMiB
 	}
-	nj := append([]Job(nil), jobs...)
 	for k := range int(frac * float64(len(jobs))) {
 		nj[r.IntN(len(nj))] = Job{ID: fmt.Sprintf("batch/new%d", k), Profile: jobs[r.IntN(len(jobs))].Profile}
 	}

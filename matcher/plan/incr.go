@@ -44,11 +44,10 @@ type incremental struct {
 	// prices are the last solve's column prices; solved says there was one.
 	prices []float64
 	solved bool
-	// lastIDs and lastRowCol are the last round's pending jobs and their columns.
-	lastIDs    []string
-	lastRowCol []int32
 	// prev* are last round's pending jobs and eligible GPUs by position, cur* this
 	// round's: a job or GPU in the same place as last round needs no map look-up.
+	// (Every round solves, keeps the last solve's pairs or resets, so last round's
+	// jobs are the last solve's, and each one's col its column there.)
 	prevIDs, curIDs     []string
 	prevJobs, curJobs   []*jobState
 	prevUUIDs, curUUIDs []string
@@ -284,7 +283,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 			for gi := len(k.gw); gi < len(in.groups); gi++ {
 				gr := in.groups[gi]
 				w, v := math.Inf(-1), [2]float64{}
-				if len(k.job.GPUTypes) == 0 || slices.Contains(k.job.GPUTypes, gr.typ) {
+				if k.job.allows(gr.typ) {
 					w = p.weight(k.job, gr.rep)
 					v[0], v[1] = p.predict(k.job.Profile, gr.rep)
 				}
@@ -326,7 +325,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 			}
 		}
 		for _, gr := range in.groups {
-			if len(k.job.GPUTypes) == 0 || slices.Contains(k.job.GPUTypes, gr.typ) {
+			if k.job.allows(gr.typ) {
 				all += gr.size
 			}
 		}
@@ -374,7 +373,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 	g.Rows, g.Cols = len(jobs), len(in.colGPU)
 	g.Start = append(g.Start[:0], 0)
 	g.Col, g.Weight = g.Col[:0], g.Weight[:0]
-	changed := len(events) > 0 || len(jobs) != len(in.lastIDs)
+	changed := len(events) > 0 || len(jobs) != len(in.prevIDs)
 	in.curIDs, in.curJobs = in.curIDs[:0], in.curJobs[:0]
 	hint := make([]int32, len(jobs))
 	for i := range jobs {
@@ -399,7 +398,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 			js = &jobState{col: -1, at: mix(hashString(j.ID))}
 			in.jobs[j.ID] = js
 		}
-		if !changed && in.lastIDs[i] != j.ID {
+		if !changed && in.prevIDs[i] != j.ID {
 			changed = true
 		}
 		mem := j.memory()
@@ -420,7 +419,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 			pl.Unassigned[j.ID] = ReasonNoGPU
 			if k.nonEmpty == 0 {
 				for si := range slots {
-					if s := &slots[si]; (len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, s.gpu.Type)) && fits(*j, s.gpu) {
+					if fits(*j, slots[si].gpu) {
 						pl.Unassigned[j.ID] = ReasonFloor
 						break
 					}
@@ -472,8 +471,8 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 	if in.solved && !changed {
 		// Nothing changed since the last solve: its pairs are still optimal.
 		pl.Stats.WarmStart = true
-		for i, c := range in.lastRowCol {
-			result(i, c)
+		for i, js := range in.prevJobs {
+			result(i, js.col)
 		}
 		return out, pred, nil
 	}
@@ -543,11 +542,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 	pl.Stats.Augmentations, pl.Stats.Repairs = m.Augmentations, m.Repairs
 	in.prices = m.Prices.Col
 	in.solved = true
-	in.lastIDs = in.lastIDs[:0]
-	in.lastRowCol = in.lastRowCol[:0]
 	for i, c := range m.RowCol {
-		in.lastIDs = append(in.lastIDs, jobs[i].ID)
-		in.lastRowCol = append(in.lastRowCol, int32(c))
 		in.prevJobs[i].col = int32(c)
 		result(i, int32(c))
 	}

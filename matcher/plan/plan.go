@@ -342,7 +342,12 @@ func fits(j Job, g *profile.GPUReport) bool {
 	if j.memory() > g.MemoryFreeMiB {
 		return false
 	}
-	return len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, g.Type)
+	return j.allows(g.Type)
+}
+
+// allows says whether the job may use GPUs of type typ.
+func (j Job) allows(typ string) bool {
+	return len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, typ)
 }
 
 // weight is the edge weight of job on slot, or -Inf when a floor forbids it.

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/muxflow/muxflow/matcher/profile"
 )
@@ -45,4 +46,15 @@ func NewSyntheticCluster(n, m, services, kinds int, seed uint64) SyntheticCluste
 		jobs[j] = Job{ID: fmt.Sprintf("batch/j%d", j), Profile: kind[r.IntN(kinds)]}
 	}
 	return SyntheticCluster{Reports: reports, Jobs: jobs, Services: svc, Kinds: kind}
+}
+
+// CloneRound copies a round's reports (each node's GPU list too) and jobs, so that
+// churn can edit the copy and leave the round it came from as it was.
+func CloneRound(reports []profile.NodeReport, jobs []Job) ([]profile.NodeReport, []Job) {
+	out := make([]profile.NodeReport, len(reports))
+	for i, rep := range reports {
+		out[i] = rep
+		out[i].GPUs = slices.Clone(rep.GPUs)
+	}
+	return out, slices.Clone(jobs)
 }

@@ -11,19 +11,9 @@ import (
 	"github.com/muxflow/muxflow/matcher/profile"
 )
 
-// cloneRound deep-copies the parts of a round that churn edits.
-func cloneRound(reports []profile.NodeReport, jobs []Job) ([]profile.NodeReport, []Job) {
-	out := make([]profile.NodeReport, len(reports))
-	for i, rep := range reports {
-		out[i] = rep
-		out[i].GPUs = slices.Clone(rep.GPUs)
-	}
-	return out, slices.Clone(jobs)
-}
-
 // churn applies one pattern of change to a copy of a round.
 func churn(r *rand.Rand, pattern string, reports []profile.NodeReport, jobs []Job, svc []profile.Profile, round int) ([]profile.NodeReport, []Job) {
-	reports, jobs = cloneRound(reports, jobs)
+	reports, jobs = CloneRound(reports, jobs)
 	n := 0
 	for _, rep := range reports {
 		n += len(rep.GPUs)

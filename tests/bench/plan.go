@@ -24,11 +24,9 @@ func cluster(n, m, services, kinds int, seed uint64) ([]profile.NodeReport, []pl
 // jobs (new ids, other profiles): one round's worth of churn.
 func perturb(reports []profile.NodeReport, jobs []plan.Job, svc, kind []profile.Profile, frac float64, seed uint64) ([]profile.NodeReport, []plan.Job) {
 	r := rand.New(rand.NewPCG(seed, 2))
-	out := make([]profile.NodeReport, len(reports))
+	out, nj := plan.CloneRound(reports, jobs)
 	total := 0
-	for i, rep := range reports {
-		out[i] = rep
-		out[i].GPUs = append([]profile.GPUReport(nil), rep.GPUs...)
+	for _, rep := range out {
 		total += len(rep.GPUs)
 	}
 	for range int(frac * float64(total)) {
@@ -38,7 +36,6 @@ func perturb(reports []profile.NodeReport, jobs []plan.Job, svc, kind []profile.
 		g.Online = &profile.Workload{ID: "svc", Profile: p}
 		g.MemoryFreeMiB = 81920 - p.MemoryMiB
 	}
-	nj := append([]plan.Job(nil), jobs...)
 	for k := range int(frac * float64(len(jobs))) {
 		nj[r.IntN(len(nj))] = plan.Job{ID: fmt.Sprintf("batch/new%d", k), Profile: kind[r.IntN(len(kind))]}
 	}
