@@ -58,14 +58,16 @@ func (m *Manager) Paths(id string) api.ControlPaths {
 }
 
 // InitialLimits derives a new container's limits from its registration (class and limits
-// as policy/classify accepted them) and the policy. Its MPS active-thread percentage is its
-// MPSThreadCeiling. An offline container's SM ceiling (launch-gate share and MPS
-// active-thread percentage) is min(its own sm-percent, its part of the class's sm_max), the
-// budget being split with the other offline containers in peers that share one of its GPUs,
-// as the guard splits it (alloc.SplitBudget): the first process can start before the
-// guard's next period. The guard changes share and MPS percentage afterwards, never above
-// the ceiling; memory caps stay.
-func InitialLimits(c api.Container, p *policy.Policy, peers ...api.Container) ctlblock.Limits {
+// as policy/classify accepted them), the policy and the node's GPUs (the inventory with the
+// guard's figures; may be nil). Its MPS active-thread percentage is its MPSThreadCeiling.
+// An offline container's SM ceiling (launch-gate share and
+// MPS active-thread percentage) is min(its own sm-percent, its part of its GPUs' MPS budget
+// — the guard's, fitted to the online kernels, or the class's sm_max where the guard has
+// none yet), the budget being split with the other offline containers in peers that share
+// one of its GPUs, as the guard splits it (alloc.SplitBudget): the first process can start
+// before the guard's next period, and MPS fixes its percentage then. The guard changes
+// share and MPS percentage afterwards, never above the ceiling; memory caps stay.
+func InitialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers ...api.Container) ctlblock.Limits {
 	cl, _ := p.ClassLimits(string(c.Class))
 	l := ctlblock.Unlimited()
 	mem := c.Limits.GPUMemory
@@ -81,13 +83,34 @@ func InitialLimits(c api.Container, p *policy.Policy, peers ...api.Container) ct
 	}
 	l.MPSActiveThreadPercent = MPSThreadCeiling(c, p)
 	if c.Class == api.Offline {
-		part := offlinePart(c, p, peers)
+		budget, _ := offlineMPSBudget(c, p, gpus)
+		part := offlinePart(c, p, peers, budget)
 		l.MPSActiveThreadPercent, l.ShareBP = part, part*100
 	}
 	if p.Hook.FailClosed {
 		l.FailPolicy = ctlblock.FailClosed
 	}
 	return l
+}
+
+// offlineMPSBudget is the MPS budget (0..1) an offline container's GPUs have now: the
+// smallest of the guard's budgets over them (api.GPU.OfflineMPS), the class's sm_max for a
+// GPU the guard has no figure for yet, and whether every one of them fits its online
+// kernels. GPUs that cannot be resolved count as every GPU (SignalSlots).
+func offlineMPSBudget(c api.Container, p *policy.Policy, gpus []api.GPU) (budget float64, fits bool) {
+	budget, fits = p.Classes.Offline.SMMax.Fraction(), true
+	slots, seen := SignalSlots(c.GPUs, gpus), 0
+	for _, g := range gpus {
+		if g.Index < 0 || g.Index >= ctlblock.SignalSlots || slots&(1<<uint(g.Index)) == 0 {
+			continue
+		}
+		seen++
+		if g.OfflineMPS > 0 {
+			budget = math.Min(budget, g.OfflineMPS/100)
+		}
+		fits = fits && g.OfflineMPSFits
+	}
+	return budget, fits && seen > 0
 }
 
 // MPSThreadCeiling is the most MPS active-thread percentage a container may ever get: its
@@ -132,9 +155,9 @@ func OwnCeiling(c api.Container, p *policy.Policy) float64 {
 	return max
 }
 
-// offlinePart is an offline container's part (percent) of the class's sm_max, split with
+// offlinePart is an offline container's part (percent) of its GPUs' MPS budget, split with
 // the offline peers that share one of its GPUs, capped by its own ceiling.
-func offlinePart(c api.Container, p *policy.Policy, peers []api.Container) uint32 {
+func offlinePart(c api.Container, p *policy.Policy, peers []api.Container, budget float64) uint32 {
 	claims := []alloc.Claim{OfflineClaim(c, p)}
 	for _, o := range peers {
 		if o.ID == c.ID || o.Class != api.Offline || !shareGPU(c.GPUs, o.GPUs) {
@@ -142,7 +165,7 @@ func offlinePart(c api.Container, p *policy.Policy, peers []api.Container) uint3
 		}
 		claims = append(claims, OfflineClaim(o, p))
 	}
-	shares, _ := alloc.SplitBudget(p.Classes.Offline.SMMax.Fraction(), claims)
+	shares, _ := alloc.SplitBudget(budget, claims)
 	return MPSThreadPercent(shares[0] * 100)
 }
 
@@ -187,8 +210,11 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	// Attach, never recreate: a running process keeps the inodes it mapped, so a block
 	// whose usage file the container broke is reattached (and reported corrupt by every
 	// read) instead of being replaced by a second one the process never sees.
-	l := InitialLimits(c, p, peers...)
+	l := InitialLimits(c, p, gpus, peers...)
 	l.Signal = Signal(c, p, gpus)
+	if _, fits := offlineMPSBudget(c, p, gpus); fits && c.Class == api.Offline && l.Signal.Role == ctlblock.SignalFollow {
+		l.Signal.FitPercent = l.MPSActiveThreadPercent // as the guard would write it
+	}
 	b, err := ctlblock.Attach(dir, l)
 	if err != nil {
 		return fmt.Errorf("attach control block for %s: %w", c.ID, err)

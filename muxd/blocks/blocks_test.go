@@ -40,7 +40,7 @@ func TestInitialLimits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, InitialLimits(tc.c, p)); diff != "" {
+			if diff := cmp.Diff(tc.want, InitialLimits(tc.c, p, nil)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
@@ -68,7 +68,7 @@ func TestInitialLimits(t *testing.T) {
 		{"itself in the list does not count", ctr("f", api.Offline, api.Limits{}),
 			[]api.Container{ctr("f", api.Offline, api.Limits{})}, 7000, 70},
 	} {
-		got := InitialLimits(tc.c, p, tc.peers...)
+		got := InitialLimits(tc.c, p, nil, tc.peers...)
 		if got.ShareBP != tc.share || got.MPSActiveThreadPercent != tc.mpsThread {
 			t.Errorf("%s: share %d bp, MPS %d%%; want %d bp, %d%%", tc.name, got.ShareBP, got.MPSActiveThreadPercent, tc.share, tc.mpsThread)
 		}
@@ -76,7 +76,7 @@ func TestInitialLimits(t *testing.T) {
 	q := policy.Default()
 	q.Classes.Offline.MemoryLimit = 4 << 30
 	q.Hook.FailClosed = true
-	got := InitialLimits(ctr("e", api.Offline, api.Limits{}), q)
+	got := InitialLimits(ctr("e", api.Offline, api.Limits{}), q, nil)
 	if got.MemoryBytes[0] != 4<<30 || got.FailPolicy != ctlblock.FailClosed {
 		t.Errorf("class memory limit / fail policy not applied: %+v", got)
 	}
@@ -179,5 +179,38 @@ func TestRestartReattachesToACorruptBlock(t *testing.T) {
 	}
 	if _, err := m2.Block("job").Snapshot(); err == nil {
 		t.Error("a zeroed usage magic is not reported")
+	}
+}
+
+// A new offline container's first limits follow its GPU's MPS budget as the guard last
+// fitted it to the online kernels (MPS fixes the percentage when its first process
+// creates its context, which can be before the guard's next period), and its block says
+// it fits when the budget does; a GPU the guard has no figure for keeps sm_max.
+func TestEnsureFollowsTheFittedBudget(t *testing.T) {
+	p := policy.Default()
+	for _, tc := range []struct {
+		name     string
+		gpus     []api.GPU
+		mps, fit uint32
+	}{
+		{"no inventory", nil, 70, 0},
+		{"no guard figure yet", []api.GPU{{Index: 0}}, 70, 0},
+		{"fitted to half-GPU online kernels", []api.GPU{{Index: 0, OfflineMPS: 50, OfflineMPSFits: true}}, 50, 50},
+		{"fitted budget, but not fitting now (burst, power cap)", []api.GPU{{Index: 0, OfflineMPS: 50}}, 50, 0},
+		{"another GPU's budget does not count", []api.GPU{{Index: 0, OfflineMPS: 70, OfflineMPSFits: true}, {Index: 1, OfflineMPS: 40, OfflineMPSFits: true}}, 70, 70},
+	} {
+		m, err := NewManager(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.GPUs = func() []api.GPU { return tc.gpus }
+		if err := m.Ensure(ctr("job", api.Offline, api.Limits{}), p); err != nil {
+			t.Fatal(err)
+		}
+		l := m.Block("job").Limits()
+		if l.MPSActiveThreadPercent != tc.mps || l.Signal.FitPercent != tc.fit {
+			t.Errorf("%s: MPS %d%%, fit %d%%; want %d%% and %d%%", tc.name, l.MPSActiveThreadPercent, l.Signal.FitPercent, tc.mps, tc.fit)
+		}
+		m.Remove("job")
 	}
 }

@@ -30,7 +30,7 @@ func TestMPSThreadCeilingIsTheInitialBlockValue(t *testing.T) {
 		{api.Online, 0, 0}, {api.Online, 50, 50}, {api.Online, 100, 100},
 	} {
 		c := ctr("a", tc.class, api.Limits{SMPercent: tc.sm})
-		got, block := MPSThreadCeiling(c, p), InitialLimits(c, p).MPSActiveThreadPercent
+		got, block := MPSThreadCeiling(c, p), InitialLimits(c, p, nil).MPSActiveThreadPercent
 		if got != tc.want || block != tc.want {
 			t.Errorf("%s sm-percent %d: ceiling %d, block %d; want %d", tc.class, tc.sm, got, block, tc.want)
 		}

@@ -44,7 +44,7 @@ func benchStep(b *testing.B, gpus, per int) {
 		}
 		c := running("c-"+strconv.Itoa(i), class, 1000+i, strconv.Itoa(i%gpus))
 		cs = append(cs, c)
-		bl, err := ctlblock.Create(filepath.Join(dir, c.ID), blocks.InitialLimits(c, p))
+		bl, err := ctlblock.Create(filepath.Join(dir, c.ID), blocks.InitialLimits(c, p, nil))
 		if err != nil {
 			b.Fatal(err)
 		}
