@@ -45,10 +45,11 @@ func BenchmarkRuncRun(b *testing.B) {
 	run := func(bin, bundle string) (time.Duration, time.Duration) {
 		seq++
 		cmd := exec.Command(bin, "--root", runcRoot, "run", "--bundle", bundle, fmt.Sprintf("bench-%d", seq))
-		cmd.Env = append(os.Environ(), "MUXFLOW_POLICY="+n.policy)
+		policy := n.policy
 		if base != nil && bin == base.runtime {
-			cmd.Env = append(os.Environ(), "MUXFLOW_POLICY="+base.policy)
+			policy = base.policy
 		}
+		cmd.Env = append(os.Environ(), "MUXFLOW_POLICY="+policy)
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%s run %s: %v\n%s", bin, bundle, err, out)

@@ -20,13 +20,7 @@ func TestFallbackWrapperUsesTheHook(t *testing.T) {
 	runc := lookTool(t, "runc")
 	n := newNode(t, runc, "")
 	rootfs := busyboxRootfs(t, n.dir)
-	pol, err := os.ReadFile(n.policy)
-	must(t, err)
-	quoted := strings.Replace(string(pol), "\nruntime = ", "\n'runtime' = ", 1)
-	if quoted == string(pol) {
-		t.Fatalf("the test policy has no runtime key to quote:\n%s", pol)
-	}
-	must(t, os.WriteFile(n.policy, []byte(quoted), 0o644))
+	editPolicy(t, n.policy, n.policy, "\nruntime = ", "\n'runtime' = ")
 
 	bundle := filepath.Join(n.dir, "fallback")
 	must(t, os.MkdirAll(bundle, 0o755))
@@ -64,4 +58,17 @@ func TestFallbackWrapperUsesTheHook(t *testing.T) {
 	if err != nil || c.State != api.StateRunning || c.PID != st.Pid || st.Pid <= 0 {
 		t.Fatalf("muxd has %+v (err %v), want running with pid %d", c, err, st.Pid)
 	}
+}
+
+// editPolicy writes to dst the policy file src with its first old replaced by new, and
+// fails when src has no old.
+func editPolicy(t testing.TB, src, dst, old, new string) {
+	t.Helper()
+	pol, err := os.ReadFile(src)
+	must(t, err)
+	edited := strings.Replace(string(pol), old, new, 1)
+	if edited == string(pol) {
+		t.Fatalf("the test policy has no %q:\n%s", old, pol)
+	}
+	must(t, os.WriteFile(dst, []byte(edited), 0o644))
 }

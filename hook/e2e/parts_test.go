@@ -2,12 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/muxflow/muxflow/muxd/api"
 )
 
 // BenchmarkGPUStartParts splits a GPU container's start through muxflow-runtime into its
@@ -52,18 +45,17 @@ func BenchmarkGPUStartParts(b *testing.B) {
 
 	// The wired spec, from muxd's create endpoint; the container stays registered (never
 	// started) so that its control block, which the spec mounts, exists.
-	wired := runtimeCreate(b, n.socket, "parts-wired", wiredBundle, gpuSpec)
+	wired, err := n.client.CreateForRuntime(b.Context(), "parts-wired", wiredBundle, "", gpuSpec)
+	must(b, err)
+	if wired == nil {
+		b.Fatal("muxd did not wire the GPU spec")
+	}
 	must(b, os.WriteFile(filepath.Join(wiredBundle, "config.json"), wired, 0o644))
 
 	truePath, err := exec.LookPath("true")
 	must(b, err)
 	stubPolicy := filepath.Join(n.dir, "policy-stub.toml")
-	pol, err := os.ReadFile(n.policy)
-	must(b, err)
-	must(b, os.WriteFile(stubPolicy, bytes.Replace(pol, []byte(fmt.Sprintf("runtime = %q", runc)), []byte(fmt.Sprintf("runtime = %q", truePath)), 1), 0o644))
-	if stub, err := os.ReadFile(stubPolicy); err != nil || bytes.Equal(pol, stub) {
-		b.Fatalf("the stub policy did not change the runtime (%v)", err)
-	}
+	editPolicy(b, n.policy, stubPolicy, fmt.Sprintf("runtime = %q", runc), fmt.Sprintf("runtime = %q", truePath))
 
 	muxdPid := n.muxd.Process.Pid
 	regDir := filepath.Join(n.dir, "state", "containers")
@@ -120,16 +112,22 @@ func BenchmarkGPUStartParts(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	med := func(ss []sample, f func(sample) time.Duration) float64 {
-		ds := make([]time.Duration, len(ss))
-		for i, s := range ss {
-			ds[i] = f(s)
+	// med is the median in ms of f over a part's samples, or over the rounds' combinations
+	// of parts (paired deltas: each round's runs of the parts, so slow drifts in machine
+	// load cancel).
+	med := func(f func(i int) time.Duration) float64 {
+		ds := make([]time.Duration, rounds)
+		for i := range rounds {
+			ds[i] = f(i)
 		}
 		slices.Sort(ds)
 		return float64(ds[len(ds)/2]) / 1e6
 	}
 	wall := func(s sample) time.Duration { return s.wall }
 	cpu := func(s sample) time.Duration { return s.cpu }
+	of := func(j int, f func(sample) time.Duration) float64 {
+		return med(func(i int) time.Duration { return f(got[j][i]) })
+	}
 	// muxd's CPU comes in 10 ms clock ticks: its mean, not its median.
 	mean := func(ss []sample) float64 {
 		var sum time.Duration
@@ -138,18 +136,14 @@ func BenchmarkGPUStartParts(b *testing.B) {
 		}
 		return float64(sum) / float64(len(ss)) / 1e6
 	}
-	// Paired deltas: part a's run minus part b's run of the same round.
+	// Paired deltas: part a's run minus part c's run of the same round.
 	paired := func(a, c int, f func(sample) time.Duration) float64 {
-		d := make([]sample, rounds)
-		for i := range rounds {
-			d[i] = sample{wall: f(got[a][i]) - f(got[c][i])}
-		}
-		return med(d, wall)
+		return med(func(i int) time.Duration { return f(got[a][i]) - f(got[c][i]) })
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "%d rounds, medians in ms\n%-12s %8s %8s %9s\n", rounds, "part", "wall", "CPU", "muxd CPU (mean)")
 	for j, p := range parts {
-		fmt.Fprintf(&out, "%-12s %8.1f %8.1f %9.2f\n", p.name, med(got[j], wall), med(got[j], cpu), mean(got[j]))
+		fmt.Fprintf(&out, "%-12s %8.1f %8.1f %9.2f\n", p.name, of(j, wall), of(j, cpu), mean(got[j]))
 	}
 	const runcI, wiredI, stubI, frontI, fullI = 0, 1, 2, 3, 4
 	fmt.Fprintf(&out, "paired deltas (wall / CPU):\n")
@@ -160,46 +154,21 @@ func BenchmarkGPUStartParts(b *testing.B) {
 		{"wiring in runc (runc+wiring - runc)", wiredI, runcI},
 		{"muxflow-runtime's front (front - stub)", frontI, stubI},
 		{"whole (muxflow - runc)", fullI, runcI},
-		{"rest (muxflow - runc+wiring - front + stub)", -1, -1},
 	} {
-		if d.a < 0 {
-			rest := func(f func(sample) time.Duration) float64 {
-				r := make([]sample, rounds)
-				for i := range rounds {
-					r[i] = sample{wall: f(got[fullI][i]) - f(got[wiredI][i]) - f(got[frontI][i]) + f(got[stubI][i])}
-				}
-				return med(r, wall)
-			}
-			fmt.Fprintf(&out, "  %-46s %+6.1f / %+6.1f\n", d.what, rest(wall), rest(cpu))
-			continue
-		}
 		fmt.Fprintf(&out, "  %-46s %+6.1f / %+6.1f\n", d.what, paired(d.a, d.c, wall), paired(d.a, d.c, cpu))
 	}
+	rest := func(f func(sample) time.Duration) float64 {
+		return med(func(i int) time.Duration {
+			return f(got[fullI][i]) - f(got[wiredI][i]) - f(got[frontI][i]) + f(got[stubI][i])
+		})
+	}
+	fmt.Fprintf(&out, "  %-46s %+6.1f / %+6.1f\n", "rest (muxflow - runc+wiring - front + stub)", rest(wall), rest(cpu))
 	fmt.Print(out.String()) // b.Log would be cut to its first lines
 	b.ReportMetric(paired(wiredI, runcI, cpu), "wiring-cpu-ms")
 	b.ReportMetric(paired(frontI, stubI, wall), "front-wall-ms")
 	b.ReportMetric(paired(fullI, runcI, cpu), "gpu-cpu-delta-ms")
 	b.ReportMetric(paired(fullI, runcI, wall), "gpu-wall-delta-ms")
 	b.ReportMetric(mean(got[fullI]), "muxd-cpu-ms")
-}
-
-// runtimeCreate sends muxflow-runtime's create request and returns the wired config.json.
-func runtimeCreate(t testing.TB, socket, id, bundle string, spec []byte) []byte {
-	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
-	}}}
-	u := "http://muxd" + api.RuntimeCreatePath + "?id=" + url.QueryEscape(id) + "&bundle=" + url.QueryEscape(bundle)
-	resp, err := hc.Post(u, "application/json", bytes.NewReader(spec))
-	must(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	must(t, err)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("create %s: HTTP %d: %s", id, resp.StatusCode, body)
-	}
-	return body
 }
 
 // procCPU is utime+stime of a process, from /proc/PID/stat.

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -103,21 +102,15 @@ func BenchmarkRuntimeCreate(b *testing.B) {
 				id := fmt.Sprintf("bench-%d", seq)
 				q := url.Values{"id": {id}, "bundle": {bundle}}
 				// The runtime writes its pid file in both modes, as runc does.
-				writePid := func() {
-					writeFile(b, pidFile+".tmp", strconv.Itoa(pid))
-					if err := os.Rename(pidFile+".tmp", pidFile); err != nil {
-						b.Fatal(err)
-					}
-				}
 				os.Remove(pidFile)
 				if mode == "report" {
 					do("POST", api.RuntimeCreatePath+"?"+q.Encode(), spec, http.StatusOK)
-					writePid()
+					writePidFile(b, pidFile, pid)
 					do("POST", api.RuntimeHooksPath+"create-runtime", fmt.Appendf(nil, `{"id":%q,"pid":%d}`, id, pid), http.StatusNoContent)
 				} else {
 					q.Set("pid_file", pidFile)
 					do("POST", api.RuntimeCreatePath+"?"+q.Encode(), spec, http.StatusCreated)
-					writePid()
+					writePidFile(b, pidFile, pid)
 					// Polled: this loop's own wake-ups count in the CPU figure.
 					for {
 						if c, err := n.d.reg.Get(id); err == nil && c.State == api.StateRunning {

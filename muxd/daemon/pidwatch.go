@@ -20,6 +20,7 @@ package daemon
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -200,7 +201,7 @@ func (d *Daemon) runPidWatch(w *pidWatch) {
 // eventNames tells whether a buffer of inotify events names name.
 func eventNames(buf []byte, name string) bool {
 	for len(buf) >= unix.SizeofInotifyEvent {
-		n := int(uint32(buf[12]) | uint32(buf[13])<<8 | uint32(buf[14])<<16 | uint32(buf[15])<<24) // len, host order (little-endian)
+		n := int(binary.NativeEndian.Uint32(buf[12:16])) // struct inotify_event's len
 		end := unix.SizeofInotifyEvent + n
 		if end > len(buf) {
 			return false

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -48,10 +47,7 @@ func runtimeNode(t *testing.T) (*testNode, string) {
 // connection, and returns status, Content-Type and body.
 func post(t *testing.T, socket, path string, body []byte) (int, string, []byte) {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}}
-	resp, err := c.Post("http://muxd"+path, "application/json", bytes.NewReader(body))
+	resp, err := rawClient(socket).Post("http://muxd"+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,28 +263,6 @@ func TestRuntimeCreateWatchesPidFile(t *testing.T) {
 		}
 		return code
 	}
-	waitState := func(id string, ok func(api.Container, error) bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			c, err := n.client.Container(ctx, id)
-			if ok(c, err) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %+v %v", id, c, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	// runc writes a temporary file and renames it.
-	writePid := func(path string, pid int) {
-		tmp := path + ".tmp"
-		writeFile(t, tmp, strconv.Itoa(pid))
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	pidFile := filepath.Join(bundle, "init.pid")
 	writeFile(t, pidFile, "1") // stale: must not be taken for the runtime's
@@ -300,8 +274,8 @@ func TestRuntimeCreateWatchesPidFile(t *testing.T) {
 		t.Fatalf("before the pid file: %+v %v", c, err)
 	}
 	pid := containerProcess(t)
-	writePid(pidFile, pid)
-	waitState("w1", func(c api.Container, err error) bool {
+	writePidFile(t, pidFile, pid)
+	waitContainer(t, n.client, "w1", func(c api.Container, err error) bool {
 		return err == nil && c.State == api.StateRunning && c.PID == pid
 	})
 
@@ -314,8 +288,8 @@ func TestRuntimeCreateWatchesPidFile(t *testing.T) {
 	if code := create("w2", pidFile2, ""); code != http.StatusCreated {
 		t.Fatalf("create w2: %d, want 201", code)
 	}
-	writePid(pidFile2, gone.Process.Pid)
-	waitState("w2", func(_ api.Container, err error) bool { return client.IsNotFound(err) })
+	writePidFile(t, pidFile2, gone.Process.Pid)
+	waitContainer(t, n.client, "w2", func(_ api.Container, err error) bool { return client.IsNotFound(err) })
 
 	// What muxd cannot or need not watch: 200, and the runtime reports the pid.
 	for _, tc := range []struct{ id, pidFile, hook string }{
@@ -350,16 +324,33 @@ func TestRuntimeCreatePidFileRuntimeExits(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "status 201") {
 		t.Fatalf("helper: %v\n%s", err, out)
 	}
+	// The container of a runtime that exited must not stay registered.
+	waitContainer(t, n.client, "gone", func(_ api.Container, err error) bool { return client.IsNotFound(err) })
+}
+
+// waitContainer waits up to 5 s until ok holds for what muxd says of container id.
+func waitContainer(t testing.TB, c *client.Client, id string, ok func(api.Container, error) bool) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		_, err := n.client.Container(context.Background(), "gone")
-		if client.IsNotFound(err) {
+		ct, err := c.Container(context.Background(), id)
+		if ok(ct, err) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the container of a runtime that exited is still registered (%v)", err)
+			t.Fatalf("%s: %+v %v", id, ct, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// writePidFile writes a pid file as runc does: a temporary file, renamed.
+func writePidFile(t testing.TB, path string, pid int) {
+	t.Helper()
+	tmp := path + ".tmp"
+	writeFile(t, tmp, strconv.Itoa(pid))
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
 
