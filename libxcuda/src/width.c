@@ -92,14 +92,8 @@ void xc_width_note(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
     /* Raise the container's value: other processes of the container share it. */
     uint32_t *w = &xc.use->online_width[dev];
     uint32_t cur = XC_LOAD(w);
-    for (;;) {
-        uint32_t want = tagged;
-        if (cur >> XCUDA_WIDTH_EPOCH_SHIFT == epoch) {
-            if ((cur & XCUDA_WIDTH_BP_MASK) >= bp)
-                break;
-        }
-        if (__atomic_compare_exchange_n(w, &cur, want, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-            break;
+    while ((cur >> XCUDA_WIDTH_EPOCH_SHIFT != epoch || (cur & XCUDA_WIDTH_BP_MASK) < bp) &&
+           !__atomic_compare_exchange_n(w, &cur, tagged, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     atomic_store_explicit(&mine[dev], tagged, memory_order_relaxed);
 }
