@@ -20,6 +20,7 @@ struct CUctx_st *_Atomic gs_ctx_by_id[GS_MAX_CTX];
 static int gs_fd = -1;
 static _Atomic int gs_dead;
 static _Atomic uint32_t gs_id_counter = 16;
+_Atomic uint64_t gs_syncs;
 static _Atomic uint64_t gs_req_counter = 1;
 static pthread_once_t gs_once = PTHREAD_ONCE_INIT;
 static CUresult gs_init_result = CUDA_ERROR_NOT_INITIALIZED;
@@ -60,7 +61,10 @@ CUresult gs_call_ids(uint16_t op, uint32_t a, uint32_t b)
 	struct gs_u32x2 m = {.a = a, .b = b};
 	gs_hdr_fill(&m.h, op, sizeof m);
 	struct gs_reply r;
-	return gs_call(&m, sizeof m, &r, sizeof r);
+	CUresult res = gs_call(&m, sizeof m, &r, sizeof r);
+	if (op == GS_SYNC && res == CUDA_SUCCESS)
+		atomic_fetch_add(&gs_syncs, 1);
+	return res;
 }
 
 static int write_all(int fd, const void *p, size_t n)
@@ -132,6 +136,10 @@ static int read_one(void)
 			if (c != NULL)
 				atomic_store(&c->err, code);
 		}
+	} else if (h.op == GS_EVENT_DONE && h.len == sizeof(struct gs_event_done)) {
+		struct gs_event_done d;
+		memcpy((char *)&d + sizeof h, body, sizeof d - sizeof h);
+		gs_event_done(d.event, d.gen, d.at_ns);
 	} else if (h.op == GS_REPLY) {
 		pthread_mutex_lock(&gs_rx_mu);
 		for (struct gs_waiter *w = gs_waiters; w != NULL; w = w->next) {
@@ -206,12 +214,12 @@ CUresult gs_call(void *msg, uint32_t len, void *reply, uint32_t reply_cap)
 
 /* gs_poll reads one pending message if one is waiting and nobody else is
  * reading, so that a launch-only loop still learns of a sticky error. */
-void gs_poll(void)
+int gs_poll(void)
 {
 	pthread_mutex_lock(&gs_rx_mu);
 	if (gs_reader_busy || atomic_load(&gs_dead)) {
 		pthread_mutex_unlock(&gs_rx_mu);
-		return;
+		return 0;
 	}
 	char b;
 	ssize_t n = recv(gs_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -219,10 +227,17 @@ void gs_poll(void)
 		if (n == 0)
 			atomic_store(&gs_dead, 1);
 		pthread_mutex_unlock(&gs_rx_mu);
-		return;
+		return 0;
 	}
 	read_as_reader();
 	pthread_mutex_unlock(&gs_rx_mu);
+	return 1;
+}
+
+void gs_drain(void)
+{
+	while (gs_poll()) {
+	}
 }
 
 static void gs_atexit(void);

@@ -6,7 +6,10 @@
  * (launches, copies, stream and event bookkeeping: they are pipelined); a
  * message with id != 0 gets exactly one GS_REPLY with the same id, carrying a
  * CUresult first. gpusimd may also send GS_NOTIFY at any time when a context
- * takes a sticky error. The Go side mirrors this file in gpusim/simd/proto.go.
+ * takes a sticky error, and GS_EVENT_DONE when a record of one of the
+ * process's events completes (so that cuEventQuery and cuEventElapsedTime
+ * answer from what the driver was told, as a real driver reads what the GPU
+ * wrote). Each is sent before the reply to any sync that waited for it. The Go side mirrors this file in gpusim/simd/proto.go.
  */
 #ifndef GPUSIM_GSPROTO_H
 #define GPUSIM_GSPROTO_H
@@ -42,6 +45,7 @@ enum gs_op {
 	GS_MEM_INFO = 21,
 	GS_REPLY = 0x8000,
 	GS_NOTIFY = 0x8001,
+	GS_EVENT_DONE = 0x8002,
 };
 
 enum gs_sync_kind { GS_SYNC_STREAM = 1, GS_SYNC_CONTEXT = 2, GS_SYNC_EVENT = 3 };
@@ -64,6 +68,14 @@ struct gs_notify {
 	struct gs_hdr h;
 	uint32_t ctx;
 	int32_t code;
+};
+
+/* Record number gen (1 for the first) of event completed at at_ns on gpusimd's clock. */
+struct gs_event_done {
+	struct gs_hdr h;
+	uint32_t event, pad;
+	uint64_t gen;
+	double at_ns;
 };
 
 /* pid and uid are what the process says about itself (inside a container, its pid

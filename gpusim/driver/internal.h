@@ -82,6 +82,10 @@ struct CUevent_st {
 	uint32_t id;
 	struct CUctx_st *ctx;
 	unsigned int flags;
+	int local;                 /* owns a slot of the completion table (event.c) */
+	_Atomic uint64_t rec_gen;  /* records sent */
+	_Atomic uint64_t rec_ns;   /* CLOCK_MONOTONIC of the last record */
+	_Atomic uint64_t rec_syncs; /* gs_syncs at the last record */
 };
 
 struct CUmod_st {
@@ -116,7 +120,17 @@ void gs_hdr_fill(struct gs_hdr *h, uint16_t op, uint32_t len);
  * round trip whose plain reply carries the result. */
 CUresult gs_send_ids(uint16_t op, uint32_t a, uint32_t b);
 CUresult gs_call_ids(uint16_t op, uint32_t a, uint32_t b);
-void gs_poll(void); /* non-blocking: pick up a pending notification */
+/* Successful synchronisations so far: a sync may return before the completions it
+ * waited for reach the table (gpusimd answers at once what already finished). */
+extern _Atomic uint64_t gs_syncs;
+int gs_poll(void); /* non-blocking: pick up a pending notification; 1 if one was read */
+void gs_drain(void); /* non-blocking: pick up every pending notification */
+/* The completion table (event.c): what GS_EVENT_DONE said about each event. */
+void gs_event_claim(struct CUevent_st *e);
+void gs_event_release(struct CUevent_st *e);
+void gs_event_done(uint32_t id, uint64_t gen, double at_ns);
+/* 1: the event's last record completed (*at_ns: when), 0: not yet, -1: ask gpusimd. */
+int gs_event_local(struct CUevent_st *e, double *at_ns);
 
 /* context.c */
 struct CUctx_st *gs_current(void);

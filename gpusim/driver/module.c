@@ -148,10 +148,10 @@ CUresult gs_launch(struct CUfunc_st *f, const uint32_t grid[3], const uint32_t b
 		memcpy(n.block, block, sizeof n.block);
 		return gs_graph_add(s->capture, &n) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	/* every 256 launches, look for a sticky-error notification */
+	/* every 256 launches, read what gpusimd sent: sticky errors, event completions */
 	static _Atomic unsigned launches;
 	if ((atomic_fetch_add_explicit(&launches, 1, memory_order_relaxed) & 255) == 255) {
-		gs_poll();
+		gs_drain();
 		if ((r = gs_ctx_ok(s->ctx)) != CUDA_SUCCESS)
 			return r;
 	}

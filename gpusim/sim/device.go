@@ -234,6 +234,10 @@ func (d *Device) settle() {
 }
 
 func (d *Device) fireEvent(e *Event) {
+	if fn := e.ctx.c.evDone; fn != nil {
+		id, gen, at := e.ID, e.doneGen, e.doneAt
+		d.post(func(Result) { fn(id, gen, at) }, Success)
+	}
 	keep := e.waiters[:0]
 	for _, w := range e.waiters {
 		if w.seq <= e.doneGen {

@@ -139,6 +139,7 @@ type Client struct {
 	PID     int
 	UID     int
 	notify  Notifier
+	evDone  EventNotifier // nil: the process asks for event completions
 	ctxs    map[uint32]*Context
 	streams map[uint32]*Stream
 	events  map[uint32]*Event
@@ -160,6 +161,20 @@ type procStats struct {
 	SMNs     float64 // SM-nanoseconds its kernels held
 	Launches uint64
 	MemUsed  uint64
+}
+
+// EventNotifier receives an event's completion: its id, which record of it
+// completed (1 for the first) and when, on the simulator's clock (ns). The
+// driver keeps it so that cuEventQuery and cuEventElapsedTime answer without a
+// round trip, as a real driver reads the completion the GPU wrote to host memory.
+type EventNotifier func(id uint32, gen uint64, atNs float64)
+
+// NotifyEvents has fn told of every completion of this process's events from now
+// on; it is called without the simulator lock and must not block.
+func (c *Client) NotifyEvents(fn EventNotifier) {
+	c.s.mu.Lock()
+	c.evDone = fn
+	c.s.mu.Unlock()
 }
 
 // Connect registers a process. notify is called, without the simulator lock,

@@ -36,6 +36,8 @@ const (
 	opMemInfo         = 21
 	opReply           = 0x8000
 	opNotify          = 0x8001
+	opEventDone       = 0x8002
+	eventDoneSize     = hdrSize + 24
 )
 
 // payload sizes after the header, for validation

@@ -130,8 +130,29 @@ type binConn struct {
 	peerKnown bool
 }
 
+// eventDone tells the process that record gen of its event id completed. It is
+// written in the simulator's delivery order, before the reply to any sync that
+// waited for it, so that an event a sync returned for also queries complete.
+func (b *binConn) eventDone(id uint32, gen uint64, atNs float64) {
+	var msg [eventDoneSize]byte
+	le := binary.LittleEndian
+	le.PutUint32(msg[0:], eventDoneSize)
+	le.PutUint16(msg[4:], opEventDone)
+	le.PutUint32(msg[16:], id)
+	le.PutUint64(msg[24:], gen)
+	le.PutUint64(msg[32:], math.Float64bits(atNs))
+	b.write(msg[:])
+}
+
+// writeTimeout bounds how long the simulator's delivery waits for a process that
+// does not read its socket (the driver reads on every call, and at most
+// max-pending operations' completions can be outstanding); past it, the
+// connection is closed rather than every other process stalled.
+const writeTimeout = 2 * time.Second
+
 func (b *binConn) write(msg []byte) {
 	b.wmu.Lock()
+	_ = b.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err := b.c.Write(msg)
 	b.wmu.Unlock()
 	if err != nil {
@@ -226,6 +247,7 @@ func (b *binConn) dispatch(op uint16, id uint64, p []byte) bool {
 				"claimed_pid", pid, "claimed_uid", uid)
 		}
 		b.cl = s.Connect(hpid, huid, b.notify)
+		b.cl.NotifyEvents(b.eventDone)
 		extra := make([]byte, 8)
 		le.PutUint32(extra, uint32(s.DeviceCount()))
 		b.reply(id, sim.Success, extra)

@@ -49,6 +49,8 @@ printf("hdr %zu reply %zu devinfo %zu ctxreply %zu\n", sizeof(struct gs_hdr), si
 printf("ctx_atp %zu ctx_lim %zu ctx_prio %zu\n", offsetof(struct gs_ctx_create, atp) - sizeof(struct gs_hdr),
        offsetof(struct gs_ctx_create, mem_limit) - sizeof(struct gs_hdr),
        offsetof(struct gs_ctx_create, priority) - sizeof(struct gs_hdr));
+printf("event_done %d %zu gen %zu at %zu\n", GS_EVENT_DONE, sizeof(struct gs_event_done),
+       offsetof(struct gs_event_done, gen), offsetof(struct gs_event_done, at_ns));
 return 0; }`
 	if err := os.WriteFile(filepath.Join(dir, "p.c"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -75,7 +77,8 @@ return 0; }`
 	if diff := cmp.Diff(payloadSize, got); diff != "" {
 		t.Errorf("payload sizes (-go +C):\n%s", diff)
 	}
-	want := []string{fmt.Sprintf("hdr %d reply %d devinfo 208 ctxreply 24", hdrSize, replySize), "ctx_atp 16 ctx_lim 24 ctx_prio 32"}
+	want := []string{fmt.Sprintf("hdr %d reply %d devinfo 208 ctxreply 24", hdrSize, replySize), "ctx_atp 16 ctx_lim 24 ctx_prio 32",
+		fmt.Sprintf("event_done %d %d gen 24 at 32", opEventDone, eventDoneSize)}
 	if diff := cmp.Diff(want, tail); diff != "" {
 		t.Errorf("layout (-go +C):\n%s", diff)
 	}

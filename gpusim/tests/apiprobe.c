@@ -3,6 +3,7 @@
  * status is the number of failures. Run by gpusim's Go tests under gpusimd. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda.h>
 
@@ -165,6 +166,34 @@ int main(void)
 	CHECK("cuEventQuery", cuEventQuery(e2), CUDA_SUCCESS);
 	CHECK("cuEventElapsedTime", cuEventElapsedTime(&ms, e1, e2), CUDA_SUCCESS);
 	TRUE("elapsed about 0.1 ms", ms > 0.05f && ms < 50.0f);
+	/* Event completions that gpusimd reports (answered without a round trip) follow
+	 * CUDA's semantics: never recorded is complete, a new record is pending until the
+	 * work before it finishes, and elapsed times are those of the latest records. */
+	CUevent e3;
+	CHECK("cuEventCreate 3", cuEventCreate(&e3, 0), CUDA_SUCCESS);
+	CHECK("cuEventQuery never recorded", cuEventQuery(e3), CUDA_SUCCESS);
+	for (int round = 0; round < 2; round++) {
+		CHECK("cuEventRecord before", cuEventRecord(e1, s), CUDA_SUCCESS);
+		for (int i = 0; i < 20; i++) /* 2 ms of kernels */
+			CHECK("cuLaunchKernel queued", cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+		CHECK("cuEventRecord after", cuEventRecord(e3, s), CUDA_SUCCESS);
+		CHECK("cuEventQuery behind 2 ms of work", cuEventQuery(e3), CUDA_ERROR_NOT_READY);
+		CHECK("cuEventElapsedTime not ready", cuEventElapsedTime(&ms, e1, e3), CUDA_ERROR_NOT_READY);
+		CUresult q = CUDA_ERROR_NOT_READY;
+		if (round == 1) { /* after a sync the record is complete at once */
+			CHECK("cuStreamSynchronize before the query", cuStreamSynchronize(s), CUDA_SUCCESS);
+			CHECK("cuEventQuery right after the sync", cuEventQuery(e3), CUDA_SUCCESS);
+		}
+		for (int i = 0; i < 100000 && q == CUDA_ERROR_NOT_READY; i++) {
+			struct timespec ts = {0, 50000};
+			nanosleep(&ts, NULL);
+			q = cuEventQuery(e3);
+		}
+		CHECK("cuEventQuery polled to completion", q, CUDA_SUCCESS);
+		CHECK("cuEventElapsedTime of the latest records", cuEventElapsedTime(&ms, e1, e3), CUDA_SUCCESS);
+		TRUE("20 kernels of 0.1 ms took about 2 ms", ms > 1.5f && ms < 50.0f);
+	}
+	CHECK("cuEventDestroy 3", cuEventDestroy(e3), CUDA_SUCCESS);
 	CUstream s2;
 	CHECK("cuStreamCreate 2", cuStreamCreate(&s2, 0), CUDA_SUCCESS);
 	CHECK("cuStreamWaitEvent", cuStreamWaitEvent(s2, e2, 0), CUDA_SUCCESS);

@@ -65,7 +65,19 @@ int main(int argc, char **argv)
 	if (cuStreamSynchronize(s) != CUDA_SUCCESS)
 		return 1;
 	double el = now_us() - t0;
-	printf("{\"launches\":%d,\"launches_per_s\":%.0f,\"launch_median_us\":%.3f,\"sync_median_us\":%.3f}\n", n,
-	       n / (el / 1e6), median(lat, n), median(sy, nsync));
+	/* cuEventQuery on a completed event: what a launch gate polling its events pays */
+	CUevent ev;
+	double *q = malloc(sizeof(double) * (size_t)nsync);
+	if (q == NULL || cuEventCreate(&ev, 0) || cuEventRecord(ev, s) || cuEventSynchronize(ev))
+		return 1;
+	for (int i = 0; i < nsync; i++) {
+		double t = now_us();
+		if (cuEventQuery(ev) != CUDA_SUCCESS)
+			return 1;
+		q[i] = now_us() - t;
+	}
+	printf("{\"launches\":%d,\"launches_per_s\":%.0f,\"launch_median_us\":%.3f,\"sync_median_us\":%.3f,"
+	       "\"event_query_median_us\":%.3f}\n",
+	       n, n / (el / 1e6), median(lat, n), median(sy, nsync), median(q, nsync));
 	return 0;
 }

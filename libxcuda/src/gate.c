@@ -161,8 +161,16 @@ uint64_t xc_gate_launch_est_ns(void)
 static unsigned max_inflight(void)
 {
     unsigned m = XC_LOAD(&xc.lim->max_inflight);
-    if (m == 0)
+    if (m == 0) {
+        /* Four launches, or the queue budget of GPU time at this process's measured
+         * time per launch if that is more: four 20 us kernels would leave the GPU idle
+         * whenever the host takes longer than 80 us to come back. */
         m = XCUDA_DEFAULT_MAX_INFLIGHT;
+        uint64_t per = XC_LOAD(&per_launch_ns);
+        uint64_t n = per == 0 ? 0 : xc_gate_queue_ns() / per;
+        if (n > m)
+            m = n < XCUDA_MAX_INFLIGHT_CAP ? (unsigned)n : XCUDA_MAX_INFLIGHT_CAP;
+    }
     if (m > XCUDA_MAX_INFLIGHT_CAP)
         m = XCUDA_MAX_INFLIGHT_CAP;
     if (m > 1 && xc_signal_online_recent(xc_now_mono_ns())) {

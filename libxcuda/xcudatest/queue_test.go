@@ -209,3 +209,28 @@ func TestHoldAheadRegularPace(t *testing.T) {
 		t.Errorf("holding ahead left %d launches of %d: too costly", onN, offN)
 	}
 }
+
+// TestDefaultInflightIsTimeBudget: with max_inflight at its default, a throttled
+// process of 20 µs kernels keeps the queue budget of GPU time in flight (300 µs: 15
+// launches), not four launches (80 µs), so the GPU does not idle while the host wakes;
+// and no more than that, so a cut still bites within the budget.
+func TestDefaultInflightIsTimeBudget(t *testing.T) {
+	off := newHarness(t, ctlblock.Limits{ShareBP: 9000})
+	ch, wait := runLoop(t, off, 20, 1.0, "kernel")
+	var ps []progress
+	for p := range ch {
+		ps = append(ps, p)
+	}
+	wait()
+	if len(ps) < 3 {
+		t.Fatalf("too few progress lines (%d): a stalled loop", len(ps))
+	}
+	most, _ := maxQueued(ps, 0, 1e18)
+	t.Logf("20 us kernels, default max_inflight: most work queued %v", time.Duration(most))
+	if most < int64(150*time.Microsecond) {
+		t.Errorf("at most %v queued: want about the 300us queue budget (four launches would be 80us)", time.Duration(most))
+	}
+	if most > int64(450*time.Microsecond) {
+		t.Errorf("%v queued: want at most about the 300us queue budget", time.Duration(most))
+	}
+}

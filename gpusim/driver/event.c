@@ -1,0 +1,103 @@
+/* event.c — event completions as gpusimd reports them (GS_EVENT_DONE), so that
+ * cuEventQuery and cuEventElapsedTime answer without a round trip: a real driver
+ * reads the completion the GPU wrote to host memory, in well under a microsecond,
+ * and code that polls events on every launch (libxcuda's launch gate) must not pay
+ * a socket round trip each time here either.
+ *
+ * A fixed table holds, per event, the latest completed record and when it
+ * completed; an event owns the slot its id hashes to, or asks gpusimd as before
+ * when another live event holds it. Only the connection's reader writes
+ * completions; claims and releases take the table lock so that a completion
+ * never lands in a slot that changed hands. "Not yet" is answered from the table
+ * only while nothing synchronised since the record: a sync may return before the
+ * completions it waited for arrive. */
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define EV_TAB 4096u
+/* How long after a record "not completed" is answered from the table; later queries ask
+ * gpusimd (a round trip each, for long-running work only), so that nothing is stuck on
+ * a completion the table missed. */
+#define EV_LOCAL_NS 5000000ull
+
+struct ev_slot {
+	_Atomic uint32_t id; /* 0: free */
+	_Atomic uint64_t gen;
+	_Atomic uint64_t at_bits; /* double, ns on gpusimd's clock */
+};
+
+static struct ev_slot tab[EV_TAB];
+static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct ev_slot *slot_of(uint32_t id) { return &tab[id % EV_TAB]; }
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void gs_event_claim(struct CUevent_st *e)
+{
+	struct ev_slot *s = slot_of(e->id);
+	pthread_mutex_lock(&tab_mu);
+	e->local = atomic_load(&s->id) == 0;
+	if (e->local) {
+		atomic_store(&s->gen, 0);
+		atomic_store(&s->at_bits, 0);
+		atomic_store(&s->id, e->id);
+	}
+	pthread_mutex_unlock(&tab_mu);
+}
+
+void gs_event_release(struct CUevent_st *e)
+{
+	if (!e->local)
+		return;
+	pthread_mutex_lock(&tab_mu);
+	atomic_store(&slot_of(e->id)->id, 0);
+	pthread_mutex_unlock(&tab_mu);
+	e->local = 0;
+}
+
+void gs_event_done(uint32_t id, uint64_t gen, double at_ns)
+{
+	struct ev_slot *s = slot_of(id);
+	uint64_t bits;
+	memcpy(&bits, &at_ns, sizeof bits);
+	pthread_mutex_lock(&tab_mu);
+	if (id != 0 && atomic_load(&s->id) == id && gen > atomic_load(&s->gen)) {
+		/* gen 0 while at_bits changes: a reader between the two sees a torn pair
+		 * and asks gpusimd (gs_event_local) */
+		atomic_store(&s->gen, 0);
+		atomic_store(&s->at_bits, bits);
+		atomic_store(&s->gen, gen);
+	}
+	pthread_mutex_unlock(&tab_mu);
+}
+
+int gs_event_local(struct CUevent_st *e, double *at_ns)
+{
+	if (!e->local)
+		return -1;
+	gs_drain();
+	uint64_t want = atomic_load(&e->rec_gen);
+	if (want == 0)
+		return -1; /* never recorded: gpusimd says what that means for the call */
+	struct ev_slot *s = slot_of(e->id);
+	uint64_t g1 = atomic_load(&s->gen);
+	uint64_t bits = atomic_load(&s->at_bits);
+	uint64_t g2 = atomic_load(&s->gen);
+	if (g1 == want && g2 == want) {
+		memcpy(at_ns, &bits, sizeof *at_ns);
+		return 1;
+	}
+	if (g1 == g2 && g2 < want && mono_ns() - atomic_load(&e->rec_ns) < EV_LOCAL_NS &&
+	    atomic_load(&e->rec_syncs) == atomic_load(&gs_syncs))
+		return 0;
+	return -1;
+}
