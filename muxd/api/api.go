@@ -211,6 +211,10 @@ type GPU struct {
 	// OfflineMPSPowerCapped: the budget fits, but the GPU ran at its power cap lately:
 	// offline keeps its launches bounded for online work.
 	OfflineMPSPowerCapped bool `json:"offline_mps_power_capped,omitempty"`
+	// OfflineMPSHeld: the budget fits, but the offline processes may hold this much
+	// (percent, summed: MPS fixed their percentages when they started, before their
+	// neighbours came), more than the budget: offline stays bounded until they go.
+	OfflineMPSHeld float64 `json:"offline_mps_held,omitempty"`
 	// DemandSource says where the online utilisation behind the estimate came from, and
 	// why a conservative fallback was used when the online processes could not be found.
 	DemandSource string `json:"demand_source,omitempty"`

@@ -109,12 +109,36 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		if d.Burst {
 			f.fits = false
 		}
+		if held := g.heldMPS(v.offline); f.fits && held > f.budget*100+0.5 {
+			f.fits, f.held = false, held
+		}
 	}
 	if f.width != st.fit.width || f.budget != st.fit.budget {
-		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped)
+		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped, "held", pct(f.held))
 	}
 	st.fit = f
 	return f
+}
+
+// heldMPS sums the MPS active-thread percentages a GPU's offline containers' processes
+// may hold (loop.given), reading a container's block the first time it is seen (its
+// first limits, blocks.InitialLimits).
+func (g *Guard) heldMPS(offline []api.Container) float64 {
+	sum := 0.0
+	for _, c := range offline {
+		p, ok := g.loop.given[c.ID]
+		if !ok {
+			if b := g.Blocks.Block(c.ID); b != nil {
+				p = b.Limits().MPSActiveThreadPercent
+			}
+			if p == 0 || p > 100 {
+				p = 100
+			}
+			g.loop.given[c.ID] = p
+		}
+		sum += float64(p)
+	}
+	return sum
 }
 
 // ceilingParts is one period's split of the GPUs' budgets, per offline container.
@@ -222,6 +246,9 @@ func (g *Guard) apply(id string, c api.Ceiling, paused bool) {
 		}
 	}
 	g.loop.applied[id] = want
+	if want.mps > g.loop.given[id] {
+		g.loop.given[id] = want.mps
+	}
 }
 
 // gate is what apply last wrote into (or found in) one container's block: a new block

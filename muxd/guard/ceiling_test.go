@@ -176,6 +176,7 @@ func TestOwnSMPercentIsACeiling(t *testing.T) {
 func TestLaunchBurstCutsTheCeilingWithAReason(t *testing.T) {
 	const svc, train = 100, 200
 	f := setup(t, running("svc", api.Online, svc, "0"), running("train", api.Offline, train, "0"))
+	f.startedAt(t, "train", 50) // registered after the online width was seen
 	f.mon.sample(0, u32(40), map[uint32]*uint32{svc: u32(10), train: u32(30)})
 	now := time.Now()
 	var launches uint64

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"testing"
@@ -14,6 +15,18 @@ import (
 // widthBP packs a width as libxcuda publishes it (epoch 7).
 func widthBP(bp uint32) uint32 { return 7<<16 | bp }
 
+// startedAt gives an offline container's block the MPS percentage its processes were
+// created with (the fixture's blocks start unlimited; blocks.InitialLimits gives a
+// container registered after the online width was seen its part of the fitted budget).
+func (f *fixture) startedAt(t *testing.T, id string, pct uint32) {
+	t.Helper()
+	l := f.blk[id].Limits()
+	l.MPSActiveThreadPercent = pct
+	if err := f.blk[id].SetLimits(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Issue 14: the offline contexts' MPS budget is sized from the online kernels' width so
 // that they fit beside the offline ones; the blocks of offline containers say up to which
 // percentage their processes fit, and muxctl's status shows the budget and the width.
@@ -25,10 +38,16 @@ func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
 		mps     uint32 // each offline container's MPS percentage
 		fit     uint32 // and the percentage its block says fits (0: none)
 		fits    bool
+		started uint32 // the MPS percentage the offline processes started with (0: mps)
+		held    float64
 	}{
 		{name: "no width published: sm_max, nothing fits", offline: 1, mps: 70},
 		{name: "half-GPU kernels: 50%", widths: []uint32{widthBP(5000)}, offline: 1, mps: 50, fit: 50, fits: true},
 		{name: "half-GPU kernels, two offline: 25% each", widths: []uint32{widthBP(5000)}, offline: 2, mps: 25, fit: 25, fits: true},
+		{name: "two offline that started at sm_max before the width was seen: sized, but bounded", widths: []uint32{widthBP(5000)},
+			offline: 2, mps: 25, started: 70, held: 140},
+		{name: "an offline container without an MPS limit may hold the whole GPU", widths: []uint32{widthBP(2000)},
+			offline: 1, mps: 70, started: 100, held: 100},
 		{name: "narrow kernels: sm_max still binds", widths: []uint32{widthBP(2000)}, offline: 1, mps: 70, fit: 70, fits: true},
 		{name: "kernels too wide to fit above fit_min: sm_max, nothing fits", widths: []uint32{widthBP(8000)}, offline: 1, mps: 70},
 		{name: "GPU-filling kernels", widths: []uint32{widthBP(10000)}, offline: 1, mps: 70},
@@ -44,6 +63,9 @@ func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
 				cs[0].GPUs = []string{"0", "1"}
 			}
 			f := setup(t, cs...)
+			for _, c := range cs[1:] {
+				f.startedAt(t, c.ID, cmp.Or(tc.started, tc.mps))
+			}
 			f.mon.set(0, monitor.Healthy, 20)
 			f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { copy(r.OnlineWidth[:], tc.widths) })
 			f.g.Step(context.Background(), time.Now())
@@ -59,6 +81,9 @@ func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
 			st := f.status(t, "GPU-a")
 			if st.Fits != tc.fits || (tc.fits && math.Abs(st.MPSBudget-float64(tc.mps*uint32(tc.offline))/100) > 0.011) {
 				t.Errorf("GPU status: budget %v fits %v (width %v), want fits %v", st.MPSBudget, st.Fits, st.OnlineWidth, tc.fits)
+			}
+			if st.MPSHeld != tc.held {
+				t.Errorf("GPU status: offline processes hold %v%%, want %v%%", st.MPSHeld, tc.held)
 			}
 		})
 	}
@@ -92,6 +117,7 @@ func TestOnlineWidthIsRemembered(t *testing.T) {
 // so offline keeps its launches bounded, until the cap has not been seen for the width memory.
 func TestPowerCapKeepsOfflineHolding(t *testing.T) {
 	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	f.startedAt(t, "train", 50)
 	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
 	now := time.Now()
 	capped := uint64(0x4) // NVML's software power cap
@@ -112,5 +138,40 @@ func TestPowerCapKeepsOfflineHolding(t *testing.T) {
 	f.g.Step(context.Background(), now.Add(31*time.Second))
 	if l := f.blk["train"].Limits(); l.Signal.FitPercent != 50 {
 		t.Errorf("31s after the power cap: fit %d%%, want 50%%", l.Signal.FitPercent)
+	}
+}
+
+// MPS fixes a process's active-thread percentage when it creates its context: an offline
+// container that started alone beside the online service (the whole fitted budget) keeps
+// that much when a second one joins, so the two together no longer leave the online
+// kernels room. The budget is split for new processes, but neither block says it fits
+// (both keep their launches bounded) until the first one has gone.
+func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
+	svc, first, second := running("svc", api.Online, 100, "0"), running("first", api.Offline, 200, "0"), running("second", api.Offline, 201, "0")
+	f := setup(t, svc, first, second)
+	f.g.Containers = list{svc, first}
+	f.startedAt(t, "first", 50)
+	f.mon.set(0, monitor.Healthy, 20)
+	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
+	now := time.Now()
+	f.g.Step(context.Background(), now)
+	if l := f.blk["first"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 50 {
+		t.Fatalf("alone: MPS %d%%, fit %d%%; want 50%% and 50%%", l.MPSActiveThreadPercent, l.Signal.FitPercent)
+	}
+	f.g.Containers = list{svc, first, second}
+	f.startedAt(t, "second", 25)
+	f.g.Step(context.Background(), now.Add(100*time.Millisecond))
+	for _, id := range []string{"first", "second"} {
+		if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != 25 || l.Signal.FitPercent != 0 {
+			t.Errorf("%s beside a neighbour that holds 50%%: MPS %d%%, fit %d%%; want 25%% and 0", id, l.MPSActiveThreadPercent, l.Signal.FitPercent)
+		}
+	}
+	if st := f.status(t, "GPU-a"); st.Fits || st.MPSHeld != 75 {
+		t.Errorf("GPU status: fits %v, held %v%%; want false and 75%%", st.Fits, st.MPSHeld)
+	}
+	f.g.Containers = list{svc, second}
+	f.g.Step(context.Background(), now.Add(200*time.Millisecond))
+	if l := f.blk["second"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 50 {
+		t.Errorf("the first gone: MPS %d%%, fit %d%%; want 50%% and 50%% (its processes started at 25%%)", l.MPSActiveThreadPercent, l.Signal.FitPercent)
 	}
 }

@@ -98,6 +98,11 @@ type loopState struct {
 	trust     trust
 	sticky    stickyState
 	applied   map[string]gate // container id -> the gate apply last saw in its block
+	// given is, per offline container, the highest MPS active-thread percentage its
+	// block has offered since the guard saw it (0 counted as 100: no limit). MPS fixes
+	// a process's percentage when it creates its context, so a container that started
+	// while the budget was its alone may still hold that much after neighbours came.
+	given map[string]uint32
 
 	// Buffers of one period, kept so that a period allocates little.
 	view      stepView
@@ -142,6 +147,9 @@ type mpsFit struct {
 	// powerCapped: the budget fits, but the GPU ran at its power cap lately, where
 	// every offline SM slows the online kernels' clock: offline stays bounded.
 	powerCapped bool
+	// held: the budget fits, but the offline containers' processes may hold more than
+	// it (percent, summed: see loop.given), so it does not: offline stays bounded.
+	held float64
 }
 
 // Status is the guard's view of one GPU, for the API.
@@ -172,6 +180,10 @@ type Status struct {
 	// PowerCapped: the budget fits but the GPU ran at its power cap lately, so offline
 	// stays bounded for online work (a lower clock slows the online kernels too).
 	PowerCapped bool `json:"power_capped,omitempty"`
+	// MPSHeld: the budget fits, but the offline processes may hold this much (percent,
+	// summed), more than the budget, from before their neighbours came: offline stays
+	// bounded until they go.
+	MPSHeld float64 `json:"mps_held,omitempty"`
 }
 
 // AllocConfig maps the policy onto the allocator's configuration.
@@ -235,7 +247,7 @@ func (g *Guard) begin(p *policy.Policy, now time.Time) (dt float64) {
 	l := &g.loop
 	if l.allocs == nil {
 		l.allocs, l.lastState = map[string]*alloc.GPU{}, map[string]monitor.State{}
-		l.applied = map[string]gate{}
+		l.applied, l.given = map[string]gate{}, map[string]uint32{}
 		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}}
 		l.sticky = stickyState{last: map[string]uint32{}, reports: map[string]stickyReport{}, lastAt: map[string]time.Time{}}
 		g.mu.Lock()
@@ -330,6 +342,7 @@ func (g *Guard) Statuses() []Status {
 			s.DemandSource, s.Reason, s.Changed, s.OfflineContainers = st.source, st.reason, st.changed, st.offline
 			s.ReasonKey, s.History = st.reasonKey, slices.Clone(st.history)
 			s.OnlineWidth, s.MPSBudget, s.Fits, s.PowerCapped = st.fit.width, st.fit.budget, st.fit.fits, st.fit.powerCapped
+			s.MPSHeld = st.fit.held
 		}
 		out = append(out, s)
 	}

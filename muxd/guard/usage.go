@@ -132,6 +132,7 @@ func (g *Guard) forget(live map[string]bool) {
 	forget(s.reports, live)
 	forget(s.lastAt, live)
 	forget(g.loop.applied, live)
+	forget(g.loop.given, live)
 	g.mu.Lock()
 	forget(g.quarantined, live)
 	forget(g.ceilings, live)

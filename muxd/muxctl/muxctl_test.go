@@ -179,3 +179,22 @@ func TestStatusHealthReasonFades(t *testing.T) {
 		}
 	}
 }
+
+// The OFFLINE MPS column says how the budget relates to the online kernels and, where it
+// fits but offline stays bounded, why.
+func TestOfflineMPSColumn(t *testing.T) {
+	for _, tc := range []struct {
+		g    api.GPU
+		want string
+	}{
+		{api.GPU{OfflineMPS: 70}, "70%"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true}, "50% (fits online 50%)"},
+		{api.GPU{OfflineMPS: 70, OnlineWidth: 100}, "70% (online 100% too wide)"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSPowerCapped: true}, "50% (fits online 50%; power-capped: offline bounded)"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSHeld: 75}, "50% (fits online 50%; offline holds 75%: bounded)"},
+	} {
+		if got := offlineMPS(tc.g); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.g, got, tc.want)
+		}
+	}
+}
