@@ -9,7 +9,9 @@
  * takes a sticky error, and GS_EVENT_DONE when a record of one of the
  * process's events completes (so that cuEventQuery and cuEventElapsedTime
  * answer from what the driver was told, as a real driver reads what the GPU
- * wrote). Each is sent before the reply to any sync that waited for it. The Go side mirrors this file in gpusim/simd/proto.go.
+ * wrote). Each is queued before the reply to any sync that waited for it; a
+ * process that does not read its socket may miss some (gpusimd queues at most
+ * 1024), and then asks. The Go side mirrors this file in gpusim/simd/proto.go.
  */
 #ifndef GPUSIM_GSPROTO_H
 #define GPUSIM_GSPROTO_H

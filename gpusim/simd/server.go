@@ -119,11 +119,16 @@ func (sv *Server) handle(c net.Conn) {
 
 // binConn is one driver connection.
 type binConn struct {
-	sv   *Server
-	c    net.Conn
-	wmu  sync.Mutex
-	cl   *sim.Client
-	stop chan struct{}
+	sv *Server
+	c  net.Conn
+	// wmu guards pending (messages queued for writer, in order) and events (event
+	// completions among them); kick wakes writer.
+	wmu     sync.Mutex
+	pending []byte
+	events  int
+	kick    chan struct{}
+	cl      *sim.Client
+	stop    chan struct{}
 	// peer is the kernel's word on who connected (SO_PEERCRED); it, not the pid and
 	// uid in the hello, is the process's identity.
 	peer      Peer
@@ -141,22 +146,56 @@ func (b *binConn) eventDone(id uint32, gen uint64, atNs float64) {
 	le.PutUint32(msg[16:], id)
 	le.PutUint64(msg[24:], gen)
 	le.PutUint64(msg[32:], math.Float64bits(atNs))
-	b.write(msg[:])
+	b.enqueue(msg[:], true)
 }
 
-// writeTimeout bounds how long the simulator's delivery waits for a process that
-// does not read its socket (the driver reads on every call, and at most
-// max-pending operations' completions can be outstanding); past it, the
-// connection is closed rather than every other process stalled.
-const writeTimeout = 2 * time.Second
+// maxQueuedEvents is how many event completions may wait for a process that is slow
+// to read its socket; more are dropped (the driver then asks gpusimd, see
+// gpusim/driver/event.c), so a process that stops reading costs only its own memory.
+const maxQueuedEvents = 1024
 
-func (b *binConn) write(msg []byte) {
+// write queues msg for the connection's writer, in order.
+func (b *binConn) write(msg []byte) { b.enqueue(msg, false) }
+
+func (b *binConn) enqueue(msg []byte, event bool) {
 	b.wmu.Lock()
-	_ = b.c.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := b.c.Write(msg)
+	if event {
+		if b.events >= maxQueuedEvents {
+			b.wmu.Unlock()
+			return
+		}
+		b.events++
+	}
+	b.pending = append(b.pending, msg...)
 	b.wmu.Unlock()
-	if err != nil {
-		b.c.Close()
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writer writes what write queued, in order, in as few writes as it can: neither the
+// simulator's delivery (which every process's syncs and event completions go through)
+// nor the connection's reader ever waits on a process that is slow to read its socket.
+func (b *binConn) writer() {
+	var buf []byte
+	for {
+		select {
+		case <-b.kick:
+		case <-b.stop:
+			return
+		}
+		b.wmu.Lock()
+		buf, b.pending = b.pending, buf[:0]
+		b.events = 0
+		b.wmu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		if _, err := b.c.Write(buf); err != nil {
+			b.c.Close()
+			return
+		}
 	}
 }
 
@@ -183,9 +222,10 @@ func (b *binConn) notify(ctx uint32, code sim.Result) {
 }
 
 func (sv *Server) handleBinary(c net.Conn, r *bufio.Reader) {
-	b := &binConn{sv: sv, c: c, stop: make(chan struct{})}
+	b := &binConn{sv: sv, c: c, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	b.peer, b.peerKnown = PeerOf(c)
 	defer close(b.stop)
+	go b.writer()
 	le := binary.LittleEndian
 	hdr := make([]byte, hdrSize)
 	buf := make([]byte, 4096)

@@ -343,3 +343,92 @@ func TestIdentity(t *testing.T) {
 		}
 	}
 }
+
+// driverConn opens a driver connection that says hello and creates context 5 on device 0
+// (default stream 1), reading neither reply.
+func driverConn(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	le := binary.LittleEndian
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	m := append([]byte(magic), hdr(opHello, 32)...)
+	le.PutUint64(m[len(magic)+8:], 1)
+	body := make([]byte, 16)
+	le.PutUint32(body[8:], protoVersion)
+	ctx := make([]byte, payloadSize[opCtxCreate])
+	le.PutUint32(ctx[0:], 5)
+	le.PutUint32(ctx[8:], 1)
+	mh := hdr(opCtxCreate, uint32(hdrSize+len(ctx)))
+	le.PutUint64(mh[8:], 2)
+	if _, err := c.Write(append(append(append(m, body...), mh...), ctx...)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// ids is a gs_u32x2 message.
+func ids(op uint16, id uint64, a, b uint32) []byte {
+	m := hdr(op, hdrSize+8)
+	binary.LittleEndian.PutUint64(m[8:], id)
+	return binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(m, a), b)
+}
+
+// A process that records events and never reads its socket (event completions pile up
+// for it) stalls no one: another process's syncs are answered, and the slow one's
+// connection stays open, its completions beyond the queue dropped, its replies kept.
+func TestSlowReaderStallsNoOne(t *testing.T) {
+	sock := serve(t)
+	slow := driverConn(t, sock)
+	var burst []byte
+	burst = append(burst, ids(opEventCreate, 0, 5, 10)...)
+	for range 20000 {
+		burst = append(burst, ids(opEventRecord, 0, 10, 1)...)
+	}
+	go slow.Write(burst) // may block once gpusimd stops reading it: it is not read either
+	busy := driverConn(t, sock)
+	le := binary.LittleEndian
+	_ = busy.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadFull(busy, make([]byte, replySize+8+replySize+24)); err != nil { // hello, ctx create
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		id := uint64(100 + i)
+		if _, err := busy.Write(ids(opSync, id, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		rep := make([]byte, replySize)
+		if _, err := io.ReadFull(busy, rep); err != nil {
+			t.Fatalf("sync %d of a busy process while another does not read: %v", i, err)
+		}
+		if le.Uint16(rep[4:]) != opReply || le.Uint64(rep[8:]) != id {
+			t.Fatalf("sync %d: reply %x", i, rep)
+		}
+	}
+	time.Sleep(3 * time.Second) // longer than any write deadline would be
+	if _, err := slow.Write(ids(opQuery, 77, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	_ = slow.SetReadDeadline(time.Now().Add(20 * time.Second))
+	events := 0
+	for {
+		h := make([]byte, hdrSize)
+		if _, err := io.ReadFull(slow, h); err != nil {
+			t.Fatalf("the slow reader's connection after %d completions: %v", events, err)
+		}
+		if _, err := io.ReadFull(slow, make([]byte, le.Uint32(h[0:])-hdrSize)); err != nil {
+			t.Fatal(err)
+		}
+		switch op := le.Uint16(h[4:]); {
+		case op == opEventDone:
+			events++
+		case op == opReply && le.Uint64(h[8:]) == 77:
+			if events == 0 || events >= 20000 {
+				t.Errorf("%d event completions reached the slow reader: want some, and the excess dropped", events)
+			}
+			return
+		}
+	}
+}
