@@ -128,10 +128,12 @@ func (g *Guard) heldMPS(offline []api.Container) float64 {
 	for _, c := range offline {
 		p, ok := g.loop.given[c.ID]
 		if !ok {
-			if b := g.Blocks.Block(c.ID); b != nil {
-				p = b.Limits().MPSActiveThreadPercent
+			b := g.Blocks.Block(c.ID)
+			if b == nil {
+				sum += 100 // no limits yet: nothing bounds it (remembered once they exist)
+				continue
 			}
-			if p == 0 || p > 100 {
+			if p = b.Limits().MPSActiveThreadPercent; p == 0 || p > 100 {
 				p = 100
 			}
 			g.loop.given[c.ID] = p
