@@ -194,6 +194,8 @@ type Hold struct {
 	// work was active there within the last 100ms: launches in flight times its measured
 	// GPU time per launch stay within Queue (one launch always goes). Held launches
 	// cannot take back SMs, so this is what an online request can find ahead of it.
+	// It is also what a throttled offline process keeps in flight otherwise (at least
+	// 4 launches), so that short kernels do not leave the GPU idle (libxcuda's gate).
 	Queue Duration `toml:"queue"`
 	// Ahead: when the online requests on a GPU arrive at a regular pace, an offline
 	// launch that would still run when the next one is due waits for it (within the

@@ -80,6 +80,18 @@ void gs_event_done(uint32_t id, uint64_t gen, double at_ns)
 	pthread_mutex_unlock(&tab_mu);
 }
 
+void gs_event_recording(struct CUevent_st *e)
+{
+	/* completions of earlier records first: a process that records without querying
+	 * must not let them pile up in its socket */
+	gs_drain();
+	/* counted before the record is sent: its completion may be read before the send
+	 * returns */
+	atomic_store(&e->rec_ns, mono_ns());
+	atomic_store(&e->rec_syncs, atomic_load(&gs_syncs));
+	atomic_fetch_add(&e->rec_gen, 1);
+}
+
 int gs_event_local(struct CUevent_st *e, double *at_ns)
 {
 	if (!e->local)

@@ -129,6 +129,8 @@ void gs_drain(void); /* non-blocking: pick up every pending notification */
 void gs_event_claim(struct CUevent_st *e);
 void gs_event_release(struct CUevent_st *e);
 void gs_event_done(uint32_t id, uint64_t gen, double at_ns);
+/* Notes a record of e that is about to be sent. */
+void gs_event_recording(struct CUevent_st *e);
 /* 1: the event's last record completed (*at_ns: when), 0: not yet, -1: ask gpusimd. */
 int gs_event_local(struct CUevent_st *e, double *at_ns);
 

@@ -1,7 +1,6 @@
 /* stream.c — streams, events, stream capture and graphs. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
 
@@ -129,15 +128,7 @@ GS_EXPORT CUresult cuEventRecord(CUevent ev, CUstream hs)
 		return r;
 	if (s->capture != NULL)
 		return CUDA_SUCCESS;
-	/* completions of earlier records first: a process that records without querying
-	 * must not let them pile up in its socket */
-	gs_drain();
-	/* counted before it is sent: its completion may be read before the send returns */
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	atomic_store(&ev->rec_ns, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
-	atomic_store(&ev->rec_syncs, atomic_load(&gs_syncs));
-	atomic_fetch_add(&ev->rec_gen, 1);
+	gs_event_recording(ev);
 	return gs_send_ids(GS_EVENT_RECORD, ev->id, s->id);
 }
 

@@ -136,7 +136,7 @@ type binConn struct {
 }
 
 // eventDone tells the process that record gen of its event id completed. It is
-// written in the simulator's delivery order, before the reply to any sync that
+// queued in the simulator's delivery order, ahead of the reply to any sync that
 // waited for it, so that an event a sync returned for also queries complete.
 func (b *binConn) eventDone(id uint32, gen uint64, atNs float64) {
 	var msg [eventDoneSize]byte
