@@ -43,6 +43,16 @@ const (
 	// tenth of DefaultTimeSlice, fitted to nos_ts_* (N time-sliced loops take
 	// 1.11·N as long as one alone).
 	ctxSwitchNs = 300_000
+	// coalesceFrac and coalesceMaxNs: blocks that would finish within this
+	// fraction of their block time (at most coalesceMaxNs) of another event
+	// retire with it. Blocks placed as SMs come free, on SMs of different
+	// speed classes, end at moments spread a fraction of a microsecond apart;
+	// one event each made a busy device cost gpusimd hundreds of thousands of
+	// events per second of model time, and while it caught up the whole
+	// simulator stalled (its lock is held), stamping every process's
+	// operations late. A block ends at most 1% early.
+	coalesceFrac  = 0.01
+	coalesceMaxNs = 5_000
 )
 
 // smSet is n SMs in one state: each holds every residency in res.
@@ -276,7 +286,12 @@ func (d *Device) place(k *op, quota int) {
 		return
 	}
 	want := quota
-	defer func() { k.pending -= want - quota }()
+	defer func() {
+		k.pending -= want - quota
+		if k.ranAt == 0 && quota < want {
+			k.ranAt = d.t
+		}
+	}()
 	x := k.ctx
 	cand := d.cand[:0]
 	defer func() { d.cand = cand[:0] }()

@@ -31,6 +31,7 @@ type Device struct {
 	sliceSet bool
 	t        float64 // model time reached, ns
 	dirty    bool
+	events   uint64 // model events processed (what gpusimd's CPU goes into)
 
 	// current operating point
 	clockRel   float64
@@ -196,6 +197,7 @@ func (d *Device) advance(to float64) {
 		}
 		d.progress(tn - d.t)
 		d.t = tn
+		d.events++
 		d.completeDue()
 	}
 	d.s.log.Error("device model did not converge", "device", d.index)
@@ -255,6 +257,12 @@ func (d *Device) pop(st *Stream) {
 	st.q[0] = nil
 	st.q = st.q[1:]
 	st.done++
+	if d.s.trace != nil {
+		d.s.traceOp(d, st, o)
+		if len(st.q) > 0 {
+			st.q[0].headAt = d.t
+		}
+	}
 	c := o.client
 	c.pending--
 	c.signalRoom()
@@ -494,7 +502,9 @@ func (d *Device) progress(dt float64) {
 // and a finished context switch.
 func (d *Device) completeDue() {
 	n := len(d.res)
-	d.removeRes(func(r *residency) bool { return r.rate > 0 && r.rem <= 1e-3 })
+	d.removeRes(func(r *residency) bool {
+		return r.rate > 0 && r.rem <= 1e-3+r.rate*min(coalesceMaxNs, coalesceFrac*r.k.blockNs)
+	})
 	if len(d.res) != n {
 		d.dirty = true
 	}

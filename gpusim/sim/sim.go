@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"slices"
@@ -28,6 +30,11 @@ type Config struct {
 	// programs that sleep or time in real time must scale their own clocks.
 	TimeScale float64
 	Logger    *slog.Logger
+	// OpTrace, when set, receives one CSV line per finished operation (see
+	// traceOp): which process, stream and kind, and when it was queued, reached
+	// its stream's head, first ran and finished on the model clock. For
+	// explaining a slow request; it costs a formatted line per operation.
+	OpTrace io.Writer
 }
 
 // Sim is a set of simulated GPUs and the processes using them. One lock
@@ -49,6 +56,8 @@ type Sim struct {
 	notifying bool
 	xidSeq    uint64
 	markGen   uint64
+	trace     *bufio.Writer
+	traceBuf  []byte
 }
 
 // New starts a simulator; Close stops its device goroutines.
@@ -88,6 +97,10 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s := &Sim{cfg: cfg, start: time.Now(), clients: map[*Client]bool{}, servers: map[int]*MPSServer{},
 		log: cfg.Logger, stop: make(chan struct{})}
+	if cfg.OpTrace != nil {
+		s.trace = bufio.NewWriterSize(cfg.OpTrace, 1<<16)
+		s.trace.WriteString(opTraceHeader)
+	}
 	for i, p := range cfg.Devices {
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("device %d: %w", i, err)
@@ -114,6 +127,9 @@ func (s *Sim) Close() {
 	close(s.stop)
 	s.mu.Unlock()
 	s.wg.Wait()
+	if s.trace != nil {
+		s.trace.Flush()
+	}
 }
 
 // nowNs is the simulator's clock: nanoseconds since New, monotonic.
@@ -250,6 +266,8 @@ type op struct {
 	bwUse     float64 // scratch (rates): bandwidth share it would use unhindered
 	memSlow   float64 // scratch (rates): how much memory contention stretches its blocks
 	dropped   bool    // its stream was dropped (context fault or release)
+	// model times for the op trace (ns): queued, reached the stream's head, first block placed
+	queuedAt, headAt, ranAt float64
 }
 
 // Stream is an in-order queue of operations.
@@ -559,10 +577,12 @@ func (c *Client) enqueue(stream uint32, o *op) Result {
 	d := x.dev
 	d.advance(c.s.nowNs())
 	o.client, o.ctx = c, x
+	o.queuedAt = d.t
 	st.q = append(st.q, o)
 	st.enq++
 	c.pending++
 	if len(st.q) == 1 {
+		o.headAt = d.t
 		// it starts now, in model time, not when the device goroutine next
 		// wakes up
 		d.dirty = true

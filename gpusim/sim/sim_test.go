@@ -2,6 +2,8 @@ package sim
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -499,5 +501,69 @@ func TestPriorityPreemptsWithoutMPS(t *testing.T) {
 	// it at once, paying one context switch (0.3ms), then runs its 1ms
 	if sw := time.Duration(ctxSwitchNs); best < 1000*time.Microsecond+sw*9/10 || best > 1100*time.Microsecond+sw {
 		t.Errorf("high-priority kernel beside a busy context took %v, want about %v", best, time.Millisecond+sw)
+	}
+}
+
+// Blocks of concurrent MPS clients, placed as SMs come free on SMs of
+// different speed classes, end moments apart; they retire together when within
+// 1% of a block time, so a busy device costs gpusimd a few events per wave,
+// not one per block.
+func TestFragmentedWavesCostFewEvents(t *testing.T) {
+	s := newTestSim(t, "h100")
+	if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	var ps []*proc
+	for pid := 1; pid <= 4; pid++ {
+		ps = append(ps, newProc(t, s, pid, 999, 0))
+	}
+	const kernels, grid = 6, 2112 // two waves of 1 ms blocks each
+	runConcurrently(t, ps, 10, grid, kernels)
+	s.mu.Lock()
+	events := s.devs[0].events
+	s.mu.Unlock()
+	blocks := uint64(len(ps) * kernels * grid)
+	t.Logf("%d events for %d blocks", events, blocks)
+	// one per block (0.9 per block before coalescing); about one per 7 now
+	if events > blocks/4 {
+		t.Errorf("%d model events for %d blocks: want at most one per 4 blocks", events, blocks)
+	}
+}
+
+func TestOpTraceNamesEachOperation(t *testing.T) {
+	p, _ := LookupProfile("h100")
+	var buf strings.Builder
+	s, err := New(Config{Devices: []Profile{p}, OpTrace: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := newProc(t, s, 42, 0, 0)
+	pr.run(t, 10, 264, 2)
+	s.Close()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if lines[0]+"\n" != opTraceHeader {
+		t.Fatalf("first line %q, want the header", lines[0])
+	}
+	kernels := 0
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		if len(f) != 12 || f[1] != "42" || f[2] != "0" {
+			t.Fatalf("line %q: want 12 columns, pid 42, no MPS server", l)
+		}
+		var tm [4]float64
+		for i := range tm {
+			if tm[i], err = strconv.ParseFloat(f[8+i], 64); err != nil {
+				t.Fatalf("line %q: column %d: %v", l, 8+i, err)
+			}
+		}
+		if f[5] == "kernel" {
+			kernels++
+			if f[6] != "264" || !(tm[0] <= tm[1] && tm[1] <= tm[2] && tm[2] < tm[3]) {
+				t.Errorf("kernel line %q: want 264 blocks and queued <= head <= ran < end", l)
+			}
+		}
+	}
+	if kernels != 2 {
+		t.Errorf("%d kernel lines, want 2:\n%s", kernels, buf.String())
 	}
 }

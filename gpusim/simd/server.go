@@ -558,6 +558,7 @@ func Run(ctx context.Context, args []string) error {
 	window := fs.Duration("window", time.Second, "utilisation averaging window (NVML sample period)")
 	maxPending := fs.Int("max-pending", 1024, "queued operations per process before launches block")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	opTrace := fs.String("op-trace", "", "write one CSV line per finished GPU operation to this file (explaining a slow request)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -570,7 +571,16 @@ func Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := sim.New(sim.Config{Devices: profs, TimeSlice: *slice, Window: *window, MaxPending: *maxPending, Logger: log})
+	cfg := sim.Config{Devices: profs, TimeSlice: *slice, Window: *window, MaxPending: *maxPending, Logger: log}
+	if *opTrace != "" {
+		f, err := os.Create(*opTrace)
+		if err != nil {
+			return fmt.Errorf("op trace: %w", err)
+		}
+		defer f.Close()
+		cfg.OpTrace = f
+	}
+	s, err := sim.New(cfg)
 	if err != nil {
 		return fmt.Errorf("start simulator: %w", err)
 	}

@@ -45,6 +45,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	markdown := fs.Bool("markdown", false, "print Markdown tables")
 	jsonOut := fs.String("json", "", "also write the full reports (with samples) as JSON to this file")
 	logs := fs.String("logs", "", "keep each run's gpusimd and muxd logs under this directory")
+	opTrace := fs.Bool("op-trace", false, "with --logs: also keep gpusimd's trace of every GPU operation (gpusim-ops.csv; slows gpusimd a little)")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	repeat := fs.Int("repeat", 1, "run every strategy this many times, in turn, and report medians")
 	// Flags may follow the scenario files: parse them in any order.
@@ -109,7 +110,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			dir = d
 		}
-		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log, Repeat: *repeat}
+		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log, Repeat: *repeat, OpTrace: *opTrace && *logs != ""}
 		rep, err := r.Run(ctx, sts)
 		if err != nil {
 			// The error names logs under the work directory: keep it.

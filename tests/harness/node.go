@@ -85,7 +85,7 @@ type node struct {
 }
 
 // startNode brings a node up; stop tears it down (always call it).
-func startNode(ctx context.Context, s *Scenario, m mode, art Artifacts, dir string, alloc string, log *slog.Logger) (*node, error) {
+func startNode(ctx context.Context, s *Scenario, m mode, art Artifacts, dir string, alloc string, opTrace bool, log *slog.Logger) (*node, error) {
 	sections := ""
 	if p := s.Muxflow.OfflineSMMax; p != nil {
 		b, _ := p.MarshalText()
@@ -102,7 +102,11 @@ func startNode(ctx context.Context, s *Scenario, m mode, art Artifacts, dir stri
 		return nil, fmt.Errorf("create gpusimd log: %w", err)
 	}
 	defer simLog.Close() // gpusimd holds its own descriptor
-	sim, err := simclient.Start(ctx, simclient.Options{GPUs: s.GPU, TimeSlice: s.TimeSlice.D(), Stderr: simLog, Args: []string{"-log-level", "warn"}})
+	simArgs := []string{"-log-level", "warn"}
+	if opTrace {
+		simArgs = append(simArgs, "-op-trace", filepath.Join(dir, "gpusim-ops.csv"))
+	}
+	sim, err := simclient.Start(ctx, simclient.Options{GPUs: s.GPU, TimeSlice: s.TimeSlice.D(), Stderr: simLog, Args: simArgs})
 	if err != nil {
 		return nil, fmt.Errorf("start gpusimd: %w", err)
 	}

@@ -184,6 +184,9 @@ type Runner struct {
 	// Dir receives each run's logs (gpusimd, muxd, policy); a temporary one if empty.
 	Dir string
 	Log *slog.Logger
+	// OpTrace has gpusimd write every GPU operation of the compared runs to
+	// gpusim-ops.csv in the run's directory (keep Dir to read it).
+	OpTrace bool
 	// Progress, if set, is told when each run starts.
 	Progress func(what string)
 	// NoOfflineBaseline skips running the offline jobs alone (offline norm. shows "-").
@@ -274,7 +277,7 @@ func (r *Runner) progress(what string) {
 func (r *Runner) offlineAlone(ctx context.Context, i int, dir string) (float64, error) {
 	s := r.Scenario
 	j := s.Offline[i]
-	n, err := startNode(ctx, s, modeAlone, r.Artifacts, filepath.Join(dir, "offline-alone-"+j.Name), "", r.Log)
+	n, err := startNode(ctx, s, modeAlone, r.Artifacts, filepath.Join(dir, "offline-alone-"+j.Name), "", false, r.Log)
 	if err != nil {
 		return 0, err
 	}
@@ -413,7 +416,7 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 	if st == StaticShare || st == Muxflow {
 		alloc = allocSection(s, st == StaticShare)
 	}
-	n, err := startNode(ctx, s, modeOf(st), r.Artifacts, filepath.Join(dir, string(st)), alloc, r.Log)
+	n, err := startNode(ctx, s, modeOf(st), r.Artifacts, filepath.Join(dir, string(st)), alloc, r.OpTrace, r.Log)
 	if err != nil {
 		return res, err
 	}
