@@ -556,3 +556,35 @@ func TestMPSTerminateClientAndServerDeath(t *testing.T) {
 		t.Errorf("client of a dead server: exit %d, %v", code, m)
 	}
 }
+
+// infer's measured arrivals depend on its seed only, not on how long it warmed up:
+// runs compared side by side see the same schedule.
+func TestWarmUpDoesNotMoveTheSchedule(t *testing.T) {
+	d := start(t, simclient.Options{})
+	var schedules []string
+	for _, warm := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond} {
+		trace := filepath.Join(t.TempDir(), "trace.csv")
+		p := spawn(t, d, nil, d.Artifacts.Infer, "--rate", "constant:200", "--duration", "0.3",
+			"--io-bytes", "0", "--seed", "7", "--warmup", "--trace", trace)
+		waitLaunches(t, d, p)
+		time.Sleep(warm)
+		if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		if _, code := p.wait(t); code != 0 {
+			t.Fatalf("infer exit %d: %s", code, p.err)
+		}
+		b, err := os.ReadFile(trace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var starts []string
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+			starts = append(starts, strings.SplitN(l, ",", 2)[0])
+		}
+		schedules = append(schedules, strings.Join(starts, " "))
+	}
+	if schedules[0] != schedules[1] || schedules[0] == "" {
+		t.Errorf("measured arrivals after a 100 ms and a 400 ms warm-up differ:\n%s\n%s", schedules[0], schedules[1])
+	}
+}

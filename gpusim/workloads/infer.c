@@ -175,7 +175,8 @@ static void usage(void)
 		"completed request: start_s,latency_ms,gpu_ms,req_ms (scheduled arrival, host-clock\n"
 		"latency, GPU-side time, request latency).\n"
 		"--warmup: serve requests at the trace's starting rate, unmeasured, until SIGUSR1,\n"
-		"then run the measured schedule (a service that was up before its neighbours came).\n");
+		"then run the measured schedule (a service that was up before its neighbours came);\n"
+		"the measured arrivals depend on --seed only, not on how long the warm-up ran.\n");
 }
 
 static volatile sig_atomic_t measure_now;
@@ -340,6 +341,11 @@ int main(int argc, char **argv)
 	struct latencies lat = {0};
 	long requests = 0, errors = 0;
 	CUresult first = CUDA_SUCCESS;
+	/* The measured schedule is the same for a seed however long the warm-up ran (it
+	 * draws from the same generator): runs compared side by side see the same
+	 * arrivals, so their tail latencies differ by what they share the GPU with, not
+	 * by where a burst of arrivals happened to fall. */
+	const uint64_t seed = rng;
 	if (warmup) {
 		struct sigaction sa = {.sa_handler = on_usr1};
 		sigemptyset(&sa.sa_mask);
@@ -350,6 +356,7 @@ int main(int argc, char **argv)
 			return 3;
 		}
 	}
+	rng = seed;
 	double t0 = now_s();
 	double arrival = next_arrival(&tr, 0, poisson);
 	while (arrival < duration) {
