@@ -128,7 +128,9 @@ func (s *Sim) Close() {
 	s.mu.Unlock()
 	s.wg.Wait()
 	if s.trace != nil {
+		s.mu.Lock() // a client may still be calling in
 		s.trace.Flush()
+		s.mu.Unlock()
 	}
 }
 
