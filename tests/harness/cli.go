@@ -72,6 +72,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *repeat < 1 || *repeat > 20 {
 		return fmt.Errorf("--repeat %d must be in 1..20", *repeat)
 	}
+	if *opTrace && *logs == "" {
+		return errors.New("--op-trace needs --logs DIR: the trace is kept with each run's logs")
+	}
 	if *duration < 0 {
 		return fmt.Errorf("--duration %v is negative", *duration)
 	}
@@ -110,7 +113,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			dir = d
 		}
-		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log, Repeat: *repeat, OpTrace: *opTrace && *logs != ""}
+		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log, Repeat: *repeat, OpTrace: *opTrace}
 		rep, err := r.Run(ctx, sts)
 		if err != nil {
 			// The error names logs under the work directory: keep it.

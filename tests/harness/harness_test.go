@@ -374,6 +374,7 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"run", "../scenarios/diurnal.toml", "--duration", "-1s"}, "negative"},
 		{[]string{"run", "--nope"}, "not defined"},
 		{[]string{"run", "--repeat", "0", "../scenarios/diurnal.toml"}, "--repeat"},
+		{[]string{"run", "--op-trace", "../scenarios/diurnal.toml"}, "--op-trace needs --logs"},
 	} {
 		var out, errb bytes.Buffer
 		err := Run(context.Background(), tc.args, &out, &errb)
