@@ -133,14 +133,21 @@ func (g *Guard) heldMPS(offline []api.Container) float64 {
 				sum += 100 // no limits yet: nothing bounds it (remembered once they exist)
 				continue
 			}
-			if p = b.Limits().MPSActiveThreadPercent; p == 0 || p > 100 {
-				p = 100
-			}
+			p = offeredMPS(b.Limits().MPSActiveThreadPercent)
 			g.loop.given[c.ID] = p
 		}
 		sum += float64(p)
 	}
 	return sum
+}
+
+// offeredMPS is what an MPS active-thread percentage in a block lets a process take:
+// 0 (no limit) and anything past 100 are the whole GPU.
+func offeredMPS(p uint32) uint32 {
+	if p == 0 || p > 100 {
+		return 100
+	}
+	return p
 }
 
 // ceilingParts is one period's split of the GPUs' budgets, per offline container.
@@ -248,8 +255,8 @@ func (g *Guard) apply(id string, c api.Ceiling, paused bool) {
 		}
 	}
 	g.loop.applied[id] = want
-	if want.mps > g.loop.given[id] {
-		g.loop.given[id] = want.mps
+	if p := offeredMPS(want.mps); p > g.loop.given[id] {
+		g.loop.given[id] = p
 	}
 }
 
