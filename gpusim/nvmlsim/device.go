@@ -49,10 +49,11 @@ func (d *Device) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
 }
 
 // GetUtilizationRates: GPU is the % of the window a kernel ran (NVML's
-// definition); memory utilisation is not modelled and reads 0.
+// definition); memory is the share of the device's memory bandwidth the
+// kernels and device copies moved, averaged over the same window.
 func (d *Device) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
 	st, r := d.l.dev(d.index)
-	return nvml.Utilization{Gpu: uint32(math.Round(st.Util))}, r
+	return nvml.Utilization{Gpu: uint32(math.Round(st.Util)), Memory: uint32(math.Round(st.MemUtil))}, r
 }
 
 // GetTemperature reports the modelled GPU temperature.
@@ -180,7 +181,8 @@ func (d *Device) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Retur
 }
 
 // GetProcessUtilization returns each process's SM utilisation (% of the
-// window its kernels ran) at the current sample; samples not newer than
+// window its kernels ran) and memory utilisation (its share of the device's
+// memory bandwidth, window average) at the current sample; samples not newer than
 // lastSeen (µs) are left out, and none at all is ERROR_NOT_FOUND, as NVML.
 func (d *Device) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 	st, r := d.l.dev(d.index)
@@ -194,7 +196,7 @@ func (d *Device) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizati
 	var out []nvml.ProcessUtilizationSample
 	for _, p := range st.Processes {
 		out = append(out, nvml.ProcessUtilizationSample{Pid: uint32(p.PID), TimeStamp: ts,
-			SmUtil: uint32(math.Round(p.Util))})
+			SmUtil: uint32(math.Round(p.Util)), MemUtil: uint32(math.Round(p.MemUtil))})
 	}
 	if len(out) == 0 {
 		return nil, nvml.ERROR_NOT_FOUND

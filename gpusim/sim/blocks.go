@@ -445,14 +445,23 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 		}
 		k.memSlow = (1 - k.bw) + k.bw*x*(1+l2Penalty*math.Min(1, others))
 	}
+	stalled := d.hung || d.switching()
 	for _, r := range d.res {
 		r.rate /= r.k.memSlow
-		if d.hung || d.switching() {
+		if stalled {
 			r.rate = 0
+		}
+	}
+	// what each moves: its traffic at the pace memory allows (NVML's memory utilisation)
+	for _, k := range kern {
+		k.bwGot = 0
+		if !stalled {
+			k.bwGot = k.bwUse / k.memSlow
 		}
 	}
 	for _, o := range d2d {
 		o.rate = 1 / x
+		o.bwGot = o.rate
 	}
 }
 

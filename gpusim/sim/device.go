@@ -57,6 +57,7 @@ type Device struct {
 	// cumulative counters
 	busyNs  float64
 	smNs    float64
+	memNs   float64 // time × share of the memory bandwidth in use
 	energyJ float64
 
 	xids    []XidEvent
@@ -78,7 +79,8 @@ type sample struct {
 	t      float64
 	busyNs float64
 	smNs   float64
-	proc   map[int][2]float64 // pid -> busy, sm
+	memNs  float64
+	proc   map[int][3]float64 // pid -> busy, sm, mem
 }
 
 func newDevice(s *Sim, i int, p Profile) *Device {
@@ -463,13 +465,25 @@ func (d *Device) progress(dt float64) {
 	s := d.s
 	s.markGen++
 	touched := d.touched[:0]
+	acc := func(c *Client) *Client {
+		if c.mark != s.markGen {
+			c.mark, c.accSM, c.accMem, c.accBusy = s.markGen, 0, 0, false
+			touched = append(touched, c)
+		}
+		return c
+	}
 	busy := len(d.res) > 0
 	for _, r := range d.res {
 		r.rem -= r.rate * dt
 	}
+	mem := 0.0 // share of the memory bandwidth in use
 	for _, o := range d.running {
 		if o.kind != opKernel {
 			o.rem -= o.rate * dt
+			if o.kind == opCopyD2D && o.rate > 0 {
+				acc(o.client).accMem += o.bwGot
+				mem += o.bwGot
+			}
 			continue
 		}
 		launching := d.launching(o)
@@ -478,21 +492,25 @@ func (d *Device) progress(dt float64) {
 			busy = true
 		}
 		if o.smsHeld > 0 || launching {
-			c := o.client
-			if c.mark != s.markGen {
-				c.mark, c.accSM = s.markGen, 0
-				touched = append(touched, c)
-			}
+			c := acc(o.client)
 			c.accSM += float64(o.smsHeld)
+			c.accMem += o.bwGot
+			c.accBusy = true
+			mem += o.bwGot
 		}
 	}
 	if busy {
 		d.busyNs += dt
 		d.smNs += d.smAct * float64(d.p.SMs) * dt
 	}
+	d.memNs += math.Min(1, mem) * dt
 	for _, c := range touched {
-		c.stats[d.index].BusyNs += dt
-		c.stats[d.index].SMNs += c.accSM * dt
+		st := &c.stats[d.index]
+		if c.accBusy {
+			st.BusyNs += dt
+		}
+		st.SMNs += c.accSM * dt
+		st.MemNs += c.accMem * dt
 	}
 	d.touched = touched
 	d.energyJ += d.power * dt / 1e9

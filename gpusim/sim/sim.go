@@ -171,12 +171,15 @@ type Client struct {
 	start   float64
 	mark    uint64  // scratch for Device.progress: generation seen
 	accSM   float64 // scratch: SMs held in this progress step
+	accMem  float64 // scratch: share of the device's bandwidth it moves in this step
+	accBusy bool    // scratch: it ran a kernel in this step
 }
 
 // procStats are a process's cumulative counters on one device.
 type procStats struct {
 	BusyNs   float64 // time any of its kernels held SMs
 	SMNs     float64 // SM-nanoseconds its kernels held
+	MemNs    float64 // time × share of the device's memory bandwidth it moved
 	Launches uint64
 	MemUsed  uint64
 }
@@ -267,6 +270,7 @@ type op struct {
 	saved     []savedBlocks
 	bwUse     float64 // scratch (rates): bandwidth share it would use unhindered
 	memSlow   float64 // scratch (rates): how much memory contention stretches its blocks
+	bwGot     float64 // (rates) share of the device's bandwidth it moves now
 	dropped   bool    // its stream was dropped (context fault or release)
 	// model times for the op trace (ns): queued, reached the stream's head, first block placed
 	queuedAt, headAt, ranAt float64

@@ -250,6 +250,46 @@ func TestBandwidthContention(t *testing.T) {
 	}
 }
 
+// TestMemoryUtilisation: NVML's memory utilisation is the share of the device's
+// bandwidth the kernels moved; a kernel moves its bandwidth share while it runs
+// alone, and contending kernels split what the device has.
+func TestMemoryUtilisation(t *testing.T) {
+	s := newTestSim(t, "h100")
+	if err := s.RegisterServer(999, 0, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newProc(t, s, 1, 999, 0), newProc(t, s, 2, 999, 0)
+	a.run(t, 12, 60*8, 10) // alone: 0.8 of the bandwidth while it runs
+	st, _ := s.Stats(0)
+	if r := st.MemNs / st.BusyNs; r < 0.7 || r > 0.81 {
+		t.Errorf("a bandwidth-0.8 kernel alone moved %.2f of the bandwidth while it ran, want about 0.8", r)
+	}
+	if st.MemUtil <= 0 {
+		t.Errorf("window memory utilisation %.1f%%, want > 0", st.MemUtil)
+	}
+	mem0, busy0 := st.MemNs, st.BusyNs
+	runConcurrently(t, []*proc{a, b}, 12, 60*8, 10) // together they ask 1.6x the device
+	st, _ = s.Stats(0)
+	if r := (st.MemNs - mem0) / (st.BusyNs - busy0); r < 0.8 || r > 1.0001 {
+		t.Errorf("two bandwidth-0.8 kernels together moved %.2f of the bandwidth, want 0.8..1 (the device's, less L2 contention)", r)
+	}
+	var pa, pb float64
+	for _, p := range st.Processes {
+		switch p.PID {
+		case 1:
+			pa = p.MemNs - mem0
+		case 2:
+			pb = p.MemNs
+		}
+		if p.MemUtil < 0 || p.MemUtil > st.MemUtil+1e-9 {
+			t.Errorf("process %d: memory utilisation %.1f%% outside 0..the device's %.1f%%", p.PID, p.MemUtil, st.MemUtil)
+		}
+	}
+	if pb <= 0 || math.Abs(pa-pb) > 0.2*pb {
+		t.Errorf("equal kernels moved %.1f and %.1f ms of bandwidth, want equal shares", pa/1e6, pb/1e6)
+	}
+}
+
 func TestTimeSlicingWithoutMPS(t *testing.T) {
 	s := newTestSim(t, "h100")
 	a, b := newProc(t, s, 1, 0, 0), newProc(t, s, 2, 0, 0)

@@ -53,8 +53,10 @@ type ProcessStats struct {
 	MemUsed    uint64  `json:"mem_used"`
 	BusyNs     float64 `json:"busy_ns"`     // cumulative time its kernels held SMs
 	SMNs       float64 `json:"sm_ns"`       // cumulative SM-nanoseconds
+	MemNs      float64 `json:"mem_ns"`      // cumulative time × share of the memory bandwidth it moved
 	Launches   uint64  `json:"launches"`    // kernels launched
 	Util       float64 `json:"util"`        // % of the window its kernels ran
+	MemUtil    float64 `json:"mem_util"`    // % of the memory bandwidth it moved, window average
 	SMActivity float64 `json:"sm_activity"` // fraction of SMs it held, window average
 	MPS        bool    `json:"mps"`
 }
@@ -68,6 +70,7 @@ type DeviceStats struct {
 	MemTotal        uint64         `json:"mem_total"`
 	MemUsed         uint64         `json:"mem_used"`
 	Util            float64        `json:"util"`        // NVML: % of the window any kernel ran
+	MemUtil         float64        `json:"mem_util"`    // NVML: % of the memory bandwidth in use, window average
 	SMActivity      float64        `json:"sm_activity"` // DCGM: fraction of SMs busy, window average
 	SMActivityNow   float64        `json:"sm_activity_now"`
 	SMClockMHz      int            `json:"sm_clock_mhz"`
@@ -81,6 +84,7 @@ type DeviceStats struct {
 	ClockReasons    uint64         `json:"clock_reasons"`
 	BusyNs          float64        `json:"busy_ns"`
 	SMNs            float64        `json:"sm_ns"`
+	MemNs           float64        `json:"mem_ns"`
 	Hung            bool           `json:"hung"`
 	Lost            bool           `json:"lost"`
 	Processes       []ProcessStats `json:"processes"`
@@ -112,11 +116,11 @@ func (d *Device) sampler() {
 }
 
 func (d *Device) snapshot() sample {
-	sm := sample{t: d.t, busyNs: d.busyNs, smNs: d.smNs, proc: map[int][2]float64{}}
+	sm := sample{t: d.t, busyNs: d.busyNs, smNs: d.smNs, memNs: d.memNs, proc: map[int][3]float64{}}
 	for c := range d.s.clients {
 		st := c.stats[d.index]
-		if st.BusyNs > 0 || st.MemUsed > 0 {
-			sm.proc[c.PID] = [2]float64{st.BusyNs, st.SMNs}
+		if st.BusyNs > 0 || st.MemUsed > 0 || st.MemNs > 0 {
+			sm.proc[c.PID] = [3]float64{st.BusyNs, st.SMNs, st.MemNs}
 		}
 	}
 	return sm
@@ -133,7 +137,7 @@ func (s *Sim) Stats(dev int) (DeviceStats, bool) {
 	now := s.nowNs()
 	d.advance(now)
 	cur := d.snapshot()
-	base := sample{t: 0, proc: map[int][2]float64{}}
+	base := sample{t: 0, proc: map[int][3]float64{}}
 	win := float64(s.cfg.Window.Nanoseconds())
 	for i := len(d.samples) - 1; i >= 0; i-- {
 		base = d.samples[i]
@@ -146,11 +150,12 @@ func (s *Sim) Stats(dev int) (DeviceStats, bool) {
 		MemUsed: d.memUsed, SMActivityNow: d.smAct, MaxSMClockMHz: d.p.MaxSMClockMHz,
 		SMClockMHz: int(math.Round(d.clockRel * float64(d.p.MaxSMClockMHz))), MemClockMHz: d.p.MemClockMHz,
 		PowerW: d.power, PowerLimitW: d.powerLimit, DefaultPowerW: d.p.PowerLimitW, EnergyJ: d.energyJ,
-		BusyNs: d.busyNs, SMNs: d.smNs, Hung: d.hung, Lost: d.lost, TimestampUnixUs: time.Now().UnixMicro()}
+		BusyNs: d.busyNs, SMNs: d.smNs, MemNs: d.memNs, Hung: d.hung, Lost: d.lost, TimestampUnixUs: time.Now().UnixMicro()}
 	st.TempC = int(math.Round(30 + 50*d.power/d.p.PowerLimitW))
 	if span > 0 {
 		st.Util = 100 * (cur.busyNs - base.busyNs) / span
 		st.SMActivity = (cur.smNs - base.smNs) / span / float64(d.p.SMs)
+		st.MemUtil = 100 * (cur.memNs - base.memNs) / span
 	}
 	switch {
 	case d.clockRel < 1:
@@ -174,16 +179,17 @@ func (s *Sim) Stats(dev int) (DeviceStats, bool) {
 		if !has {
 			continue
 		}
-		p := ProcessStats{PID: c.PID, MemUsed: ps.MemUsed, BusyNs: ps.BusyNs, SMNs: ps.SMNs, Launches: ps.Launches, MPS: mps}
+		p := ProcessStats{PID: c.PID, MemUsed: ps.MemUsed, BusyNs: ps.BusyNs, SMNs: ps.SMNs, MemNs: ps.MemNs, Launches: ps.Launches, MPS: mps}
 		b := base.proc[c.PID]
 		pspan := span
 		if c.start > base.t {
 			pspan = cur.t - c.start
-			b = [2]float64{}
+			b = [3]float64{}
 		}
 		if pspan > 0 {
 			p.Util = 100 * (ps.BusyNs - b[0]) / pspan
 			p.SMActivity = (ps.SMNs - b[1]) / pspan / float64(d.p.SMs)
+			p.MemUtil = 100 * (ps.MemNs - b[2]) / pspan
 		}
 		st.Processes = append(st.Processes, p)
 	}

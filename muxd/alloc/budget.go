@@ -121,3 +121,61 @@ func FitBudget(width, max, fitMin float64) (budget float64, fits bool) {
 	}
 	return math.Min(max, room), true
 }
+
+// BusMax is the share of a GPU's memory bandwidth that the online kernels and the offline
+// ones running beside them may ask for together before running beside them costs the
+// online kernels time: past it they queue for memory, which no SM split divides.
+const BusMax = 0.9
+
+// busDecay weighs the readings Bus sums: each period's counts for 0.9 of the one before
+// (about the latest ten periods, a second at the default 100 ms). NVML's per-process
+// figures are whole percents, so one period's ratio of a few percent is mostly rounding.
+const busDecay = 0.9
+
+// busMinUtil is how much utilisation (summed over the weighted readings) a class's
+// bandwidth per unit of running time is read from: about half a second of kernels at the
+// default period.
+const busMinUtil = 0.2
+
+// BusUse is one period's reading of a GPU's memory bandwidth by class, from NVML's
+// per-process samples: the utilisation (share of the window its kernels ran) and the
+// memory utilisation (share of the bandwidth it moved, window average) of the online
+// processes, summed, and of the offline ones (Mem summed; Util the time any of them ran,
+// estimated as the larger of the largest single process's and the GPU's utilisation less
+// the online processes'). Known is false when the samples carry no memory utilisation.
+type BusUse struct {
+	OnlineUtil, OnlineMem   float64
+	OfflineUtil, OfflineMem float64
+	Known                   bool
+}
+
+// Bus remembers, for WidthMemory, that a GPU's online and offline kernels together ask
+// for more memory bandwidth than BusMax while they run: the offline kernels then must not
+// run beside the online ones (their MPS budget does not fit), whatever the SM split.
+type Bus struct {
+	sum BusUse // the readings, weighted by busDecay
+	at  time.Time
+}
+
+// Observe takes this period's reading and says whether the GPU's kernels contend for
+// memory bandwidth (now or within WidthMemory), with the two classes' bandwidth while
+// they run (shares of the bus; 0: not enough readings yet).
+func (b *Bus) Observe(u BusUse, now time.Time) (bound bool, online, offline float64) {
+	if u.Known {
+		s := &b.sum
+		s.OnlineUtil = busDecay*s.OnlineUtil + clamp(u.OnlineUtil, 0, 1)
+		s.OnlineMem = busDecay*s.OnlineMem + clamp(u.OnlineMem, 0, 1)
+		s.OfflineUtil = busDecay*s.OfflineUtil + clamp(u.OfflineUtil, 0, 1)
+		s.OfflineMem = busDecay*s.OfflineMem + clamp(u.OfflineMem, 0, 1)
+	}
+	if b.sum.OnlineUtil >= busMinUtil {
+		online = clamp(b.sum.OnlineMem/b.sum.OnlineUtil, 0, 1)
+	}
+	if b.sum.OfflineUtil >= busMinUtil {
+		offline = clamp(b.sum.OfflineMem/b.sum.OfflineUtil, 0, 1)
+	}
+	if u.Known && online > 0 && offline > 0 && online+offline > BusMax {
+		b.at = now
+	}
+	return !b.at.IsZero() && now.Sub(b.at) < WidthMemory, online, offline
+}

@@ -81,3 +81,47 @@ func TestWidthObserve(t *testing.T) {
 		t.Errorf("nothing seen for long: %v, want 0 (unknown)", got)
 	}
 }
+
+// Bus reads each class's bandwidth per unit of running time from the weighted readings,
+// says the GPU is contended once the two together pass BusMax, and remembers it for
+// WidthMemory; whole-percent rounding of small figures does not decide it alone.
+func TestBusContention(t *testing.T) {
+	now := time.Unix(1000, 0)
+	heavy := BusUse{OnlineUtil: 0.2, OnlineMem: 0.1, OfflineUtil: 0.6, OfflineMem: 0.36, Known: true} // 50% + 60%
+	light := BusUse{OnlineUtil: 0.2, OnlineMem: 0.06, OfflineUtil: 0.6, OfflineMem: 0.18, Known: true} // 30% + 30%
+	var b Bus
+	bound, on, off := b.Observe(light, now)
+	if bound || math.Abs(on-0.3) > 1e-9 || math.Abs(off-0.3) > 1e-9 {
+		t.Fatalf("light: bound %v online %.2f offline %.2f, want false 0.30 0.30", bound, on, off)
+	}
+	for i := range 30 {
+		bound, on, off = b.Observe(heavy, now.Add(time.Duration(i+1)*100*time.Millisecond))
+	}
+	if !bound || on < 0.49 || off < 0.59 {
+		t.Fatalf("heavy for 3s: bound %v online %.2f offline %.2f, want true ~0.50 ~0.60", bound, on, off)
+	}
+	last := now.Add(3 * time.Second)
+	for i := range 50 {
+		bound, _, _ = b.Observe(light, last.Add(time.Duration(i+1)*100*time.Millisecond))
+	}
+	if !bound {
+		t.Errorf("light again for 5s: not bound, want bound for WidthMemory")
+	}
+	if bound, _, _ = b.Observe(light, last.Add(WidthMemory+time.Second)); bound {
+		t.Errorf("light for longer than WidthMemory: still bound")
+	}
+	if bound, _, _ = b.Observe(BusUse{}, last.Add(WidthMemory+2*time.Second)); bound {
+		t.Errorf("no memory figures: bound")
+	}
+
+	// One period at 3% utilisation and 3% memory (a ratio of 1 from rounding) is not
+	// enough evidence; nor is an unknown reading.
+	var c Bus
+	if bound, on, _ := c.Observe(BusUse{OnlineUtil: 0.03, OnlineMem: 0.03, OfflineUtil: 0.6, OfflineMem: 0.5, Known: true}, now); bound || on != 0 {
+		t.Errorf("one 3%% reading: bound %v online %.2f, want false 0", bound, on)
+	}
+	var d Bus
+	if bound, on, off := d.Observe(BusUse{OnlineUtil: 0.5, OnlineMem: 0.5, OfflineUtil: 0.5, OfflineMem: 0.5}, now); bound || on != 0 || off != 0 {
+		t.Errorf("a reading without memory figures: bound %v %.2f %.2f, want false 0 0", bound, on, off)
+	}
+}

@@ -215,6 +215,14 @@ type GPU struct {
 	// (percent, summed: MPS fixed their percentages when they started, before their
 	// neighbours came), more than the budget: offline stays bounded until they go.
 	OfflineMPSHeld float64 `json:"offline_mps_held,omitempty"`
+	// OfflineMPSMemBound: the budget fits, but the online and offline kernels together ask
+	// for more memory bandwidth than the GPU has while they run (OnlineMemBW +
+	// OfflineMemBW, percent of the bus, above 90%): offline keeps its launches bounded for
+	// online work, since kernels that queue for memory slow each other whatever the SM
+	// split.
+	OfflineMPSMemBound bool    `json:"offline_mps_mem_bound,omitempty"`
+	OnlineMemBW        float64 `json:"online_mem_bw,omitempty"`
+	OfflineMemBW       float64 `json:"offline_mem_bw,omitempty"`
 	// DemandSource says where the online utilisation behind the estimate came from, and
 	// why a conservative fallback was used when the online processes could not be found.
 	DemandSource string `json:"demand_source,omitempty"`

@@ -76,6 +76,7 @@ func (m monitorInventory) GPUs(context.Context) ([]api.GPU, error) {
 			g.CeilingReasonKey, g.Burst, g.CeilingHistory = st.ReasonKey, st.Burst, st.History
 			g.OnlineWidth, g.OfflineMPS, g.OfflineMPSFits = st.OnlineWidth*100, st.MPSBudget*100, st.Fits
 			g.OfflineMPSPowerCapped, g.OfflineMPSHeld = st.PowerCapped, st.MPSHeld
+			g.OfflineMPSMemBound, g.OnlineMemBW, g.OfflineMemBW = st.MemBound, st.OnlineMemBW*100, st.OfflineMemBW*100
 		}
 		out = append(out, g)
 	}

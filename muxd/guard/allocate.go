@@ -24,6 +24,7 @@ type demand struct {
 	util float64
 	ok   bool
 	why  string
+	bus  alloc.BusUse
 }
 
 // allocate steps every GPU's allocator for this period (dt seconds after the previous
@@ -34,7 +35,7 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 	for _, v := range sv.views {
 		var d demand
 		if len(v.online) > 0 {
-			d.util, d.ok, d.why = g.onlineUtil(v)
+			d.util, d.ok, d.why = g.onlineUtil(v, &d.bus)
 		}
 		ds = append(ds, d)
 	}
@@ -69,7 +70,7 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 		} else {
 			// The next online container starts from a clean slate.
 			st.haveGood, st.lastGood, st.source, st.failing = false, 0, "", false
-			st.width = alloc.Width{}
+			st.width, st.bus = alloc.Width{}, alloc.Bus{}
 		}
 		a := g.loop.allocs[uuid]
 		if a == nil {
@@ -80,7 +81,7 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 		g.decisions[uuid] = d
 		g.noteChange(st, v, d, now)
 		out = append(out, d)
-		fits = append(fits, g.fitMPS(v, st, d, r.widths[uuid], now))
+		fits = append(fits, g.fitMPS(v, st, d, r.widths[uuid], ds[i].bus, now))
 	}
 	g.loop.decisions, g.loop.fits = out, fits
 	return out
@@ -90,9 +91,11 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 // kernels (width: the widest this period's usage reads saw, 0: none) and says whether
 // offline processes created at their part of it need not bound their launches for online
 // work: not where the GPU ran at its power cap lately (every offline SM lowers the online
-// kernels' clock there), nor during a burst (every online cycle counts: co-resident
-// blocks and memory traffic still slow the online kernels). g.mu held.
-func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64, now time.Time) mpsFit {
+// kernels' clock there), nor where the two classes' kernels together ask for more memory
+// bandwidth than the GPU has (alloc.Bus: they would queue for memory, whatever the SM
+// split), nor during a burst (every online cycle counts: co-resident blocks and memory
+// traffic still slow the online kernels). g.mu held.
+func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64, bus alloc.BusUse, now time.Time) mpsFit {
 	cfg := g.loop.allocCfg
 	f := mpsFit{budget: cfg.OfflineMax}
 	if len(v.online) > 0 {
@@ -106,6 +109,11 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		if f.fits && !st.powerCapped.IsZero() && now.Sub(st.powerCapped) < alloc.WidthMemory {
 			f.fits, f.powerCapped = false, true
 		}
+		var busBound bool
+		busBound, f.busOnline, f.busOffline = st.bus.Observe(bus, now)
+		if f.fits && busBound {
+			f.fits, f.busBound = false, true
+		}
 		if d.Burst {
 			f.fits = false
 		}
@@ -115,6 +123,9 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 	}
 	if f.width != st.fit.width || f.budget != st.fit.budget {
 		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped, "held", pct(f.held))
+	}
+	if f.busBound != st.fit.busBound {
+		g.Log.Info("memory bandwidth", "gpu", v.status.UUID, "contended", f.busBound, "online_bw", pct(f.busOnline), "offline_bw", pct(f.busOffline), "max", pct(alloc.BusMax))
 	}
 	st.fit = f
 	return f
@@ -309,7 +320,7 @@ func (g *Guard) estimateOnline(v gpuView, st *gpuState, m demand) float64 {
 // value is then a conservative stand-in (the GPU's whole utilisation, which also counts
 // offline kernels, or 1 without it) and never 0, so that a failed attribution cannot
 // give offline work its maximum. why says which case it was.
-func (g *Guard) onlineUtil(v gpuView) (util float64, ok bool, why string) {
+func (g *Guard) onlineUtil(v gpuView, bus *alloc.BusUse) (util float64, ok bool, why string) {
 	s := v.status.Sample
 	if s == nil {
 		return 1, false, "no NVML sample yet: assuming the online work uses the whole GPU"
@@ -350,15 +361,33 @@ func (g *Guard) onlineUtil(v gpuView) (util float64, ok bool, why string) {
 			continue
 		}
 		samples++
+		sm, mem := float64(*ps.SMUtilPercent)/100, -1.0
+		if ps.MemUtilPercent != nil {
+			mem = float64(*ps.MemUtilPercent) / 100
+		}
 		switch {
 		case isOnline:
 			onlineSamples++
-			sum += float64(*ps.SMUtilPercent) / 100
+			sum += sm
+			if mem >= 0 {
+				bus.OnlineUtil += sm
+				bus.OnlineMem += mem
+				bus.Known = true
+			}
 		case len(offline) > 0:
 			if _, isOffline := g.Owner(int(ps.PID), offline); isOffline {
 				offlineSamples++
+				if mem >= 0 {
+					bus.OfflineUtil = math.Max(bus.OfflineUtil, sm)
+					bus.OfflineMem += mem
+					bus.Known = true
+				}
 			}
 		}
+	}
+	if s.GPUUtilPercent != nil {
+		// The offline jobs ran at least whenever the GPU ran and no online kernel did.
+		bus.OfflineUtil = math.Max(bus.OfflineUtil, float64(*s.GPUUtilPercent)/100-bus.OnlineUtil)
 	}
 	switch {
 	case onlineSamples > 0:

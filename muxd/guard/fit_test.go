@@ -175,3 +175,44 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 		t.Errorf("the first gone: MPS %d%%, fit %d%%; want 50%% and 50%% (its processes started at 25%%)", l.MPSActiveThreadPercent, l.Signal.FitPercent)
 	}
 }
+
+// Issue 14 (membw): where the online kernels and the offline ones beside them together
+// ask for more memory bandwidth than the GPU has (NVML's per-process memory utilisation
+// per unit of running time), the fitted budget stays but the offline blocks no longer
+// say it fits: offline keeps its launches bounded, whatever the SM split. Light traffic
+// leaves it fitted; the status shows the two classes' bandwidth.
+func TestMemoryBandwidthKeepsOfflineBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		onMem, offMem       uint32 // percent, at online 20% and offline 60% utilisation
+		fit                 uint32
+		bound               bool
+		wantOnBW, wantOffBW float64
+	}{
+		{name: "both bandwidth-heavy", onMem: 10, offMem: 36, fit: 0, bound: true, wantOnBW: 0.5, wantOffBW: 0.6},
+		{name: "light traffic", onMem: 6, offMem: 18, fit: 50, wantOnBW: 0.3, wantOffBW: 0.3},
+		{name: "garbage above 100% is clamped", onMem: 400, offMem: 36, fit: 0, bound: true, wantOnBW: 1, wantOffBW: 0.6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+			f.startedAt(t, "train", 50)
+			f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
+			f.mon.mu.Lock()
+			f.mon.gpus[0].State, f.mon.gpus[0].AdmitsOffline = monitor.Healthy, true
+			f.mon.gpus[0].Sample = &monitor.Sample{GPUUtilPercent: u32(70), Processes: []monitor.ProcessSample{
+				{PID: 100, SMUtilPercent: u32(20), MemUtilPercent: u32(tc.onMem)},
+				{PID: 200, SMUtilPercent: u32(60), MemUtilPercent: u32(tc.offMem)},
+			}}
+			f.mon.mu.Unlock()
+			f.g.Step(context.Background(), time.Now())
+			l := f.blk["train"].Limits()
+			st := f.status(t, "GPU-a")
+			if l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != tc.fit || st.MemBound != tc.bound {
+				t.Errorf("MPS %d%%, fit %d%%, status mem-bound %v; want 50%%, %d%%, %v", l.MPSActiveThreadPercent, l.Signal.FitPercent, st.MemBound, tc.fit, tc.bound)
+			}
+			if math.Abs(st.OnlineMemBW-tc.wantOnBW) > 0.01 || math.Abs(st.OfflineMemBW-tc.wantOffBW) > 0.01 {
+				t.Errorf("status bandwidth online %.2f offline %.2f, want %.2f %.2f", st.OnlineMemBW, st.OfflineMemBW, tc.wantOnBW, tc.wantOffBW)
+			}
+		})
+	}
+}

@@ -134,6 +134,7 @@ type gpuState struct {
 	// width is the widest online kernel seen lately, fit the GPU's offline MPS budget
 	// sized from it.
 	width alloc.Width
+	bus   alloc.Bus
 	fit   mpsFit
 	// powerCapped is when the GPU last ran at its power cap with online work on it.
 	powerCapped time.Time
@@ -150,6 +151,11 @@ type mpsFit struct {
 	// held: the budget fits, but the offline containers' processes may hold more than
 	// it (percent, summed: see loop.given), so it does not: offline stays bounded.
 	held float64
+	// busBound: the budget fits, but the online and offline kernels together ask for more
+	// memory bandwidth than the GPU has (alloc.Bus): offline stays bounded. busOnline and
+	// busOffline are the two classes' bandwidth while they run (shares of the bus).
+	busBound              bool
+	busOnline, busOffline float64
 }
 
 // Status is the guard's view of one GPU, for the API.
@@ -184,6 +190,13 @@ type Status struct {
 	// summed), more than the budget, from before their neighbours came: offline stays
 	// bounded until they go.
 	MPSHeld float64 `json:"mps_held,omitempty"`
+	// MemBound: the budget fits, but the online and offline kernels together ask for more
+	// memory bandwidth than the GPU has (alloc.Bus), so offline stays bounded.
+	// OnlineMemBW and OfflineMemBW are each class's share of the bandwidth while its
+	// kernels run (0: not measured).
+	MemBound     bool    `json:"mem_bound,omitempty"`
+	OnlineMemBW  float64 `json:"online_mem_bw,omitempty"`
+	OfflineMemBW float64 `json:"offline_mem_bw,omitempty"`
 }
 
 // AllocConfig maps the policy onto the allocator's configuration.
@@ -343,6 +356,7 @@ func (g *Guard) Statuses() []Status {
 			s.ReasonKey, s.History = st.reasonKey, slices.Clone(st.history)
 			s.OnlineWidth, s.MPSBudget, s.Fits, s.PowerCapped = st.fit.width, st.fit.budget, st.fit.fits, st.fit.powerCapped
 			s.MPSHeld = st.fit.held
+			s.MemBound, s.OnlineMemBW, s.OfflineMemBW = st.fit.busBound, st.fit.busOnline, st.fit.busOffline
 		}
 		out = append(out, s)
 	}

@@ -284,8 +284,8 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 
 // offlineMPS says what MPS active-thread budget a GPU's offline contexts split and how it
 // relates to the online kernels' width: "50% (fits online 50%)", "70% (online 100% too
-// wide)", a note when the GPU's power cap or percentages given before keep offline
-// bounded anyway, or the budget
+// wide)", a note when the GPU's power cap, percentages given before or the memory
+// bandwidth keep offline bounded anyway, or the budget
 // alone while no online kernel was seen.
 func offlineMPS(g api.GPU) string {
 	s := fmt.Sprintf("%.0f%%", g.OfflineMPS)
@@ -296,6 +296,8 @@ func offlineMPS(g api.GPU) string {
 		s += fmt.Sprintf(" (fits online %.0f%%; power-capped: offline bounded)", g.OnlineWidth)
 	case g.OfflineMPSHeld > 0:
 		s += fmt.Sprintf(" (fits online %.0f%%; offline holds %.0f%%: bounded)", g.OnlineWidth, g.OfflineMPSHeld)
+	case g.OfflineMPSMemBound:
+		s += fmt.Sprintf(" (fits online %.0f%%; memory bandwidth online %.0f%% + offline %.0f%%: bounded)", g.OnlineWidth, g.OnlineMemBW, g.OfflineMemBW)
 	case g.OnlineWidth > 0:
 		s += fmt.Sprintf(" (online %.0f%% too wide)", g.OnlineWidth)
 	}

@@ -191,6 +191,7 @@ func TestOfflineMPSColumn(t *testing.T) {
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true}, "50% (fits online 50%)"},
 		{api.GPU{OfflineMPS: 70, OnlineWidth: 100}, "70% (online 100% too wide)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSPowerCapped: true}, "50% (fits online 50%; power-capped: offline bounded)"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSMemBound: true, OnlineMemBW: 50, OfflineMemBW: 62}, "50% (fits online 50%; memory bandwidth online 50% + offline 62%: bounded)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSHeld: 75}, "50% (fits online 50%; offline holds 75%: bounded)"},
 	} {
 		if got := offlineMPS(tc.g); got != tc.want {
