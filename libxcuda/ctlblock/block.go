@@ -452,7 +452,19 @@ func (b *Block) Snapshot() (Usage, error) {
 	if b.usage == nil {
 		return Usage{}, fmt.Errorf("read usage in %s: %w", b.dir, ErrClosed)
 	}
-	return readUsage(b.usage)
+	return readUsage(b.usage, true)
+}
+
+// SnapshotTotals is Snapshot without the process slots (Procs is nil): one read of the
+// few hundred bytes before them instead of the whole page, validated the same way, for
+// muxd's per-period step, which needs only the container's totals.
+func (b *Block) SnapshotTotals() (Usage, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.usage == nil {
+		return Usage{}, fmt.Errorf("read usage in %s: %w", b.dir, ErrClosed)
+	}
+	return readUsage(b.usage, false)
 }
 
 // Usage returns a snapshot of the container's usage, zero when the usage file is
@@ -469,7 +481,7 @@ func ReadUsage(dir string) (Usage, error) {
 		return Usage{}, err
 	}
 	defer f.Close()
-	return readUsage(f)
+	return readUsage(f, true)
 }
 
 func fillLimits(r *rawLimits, l Limits) {

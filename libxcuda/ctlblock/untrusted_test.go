@@ -40,6 +40,53 @@ func TestTruncatedUsageIsCorruptNotSIGBUS(t *testing.T) {
 	}
 }
 
+// The guard's per-period read (SnapshotTotals) reads only the totals before the process
+// slots: a file cut short of them is corrupt as for a whole read; one cut within the
+// slots still gives the totals (nothing it reads is missing), while a whole read says it
+// is truncated. Out-of-range totals are clamped and reported the same way.
+func TestTotalsReadValidatesWhatItReads(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Create(dir, Unlimited())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r := NewRawUsage()
+	r.Launches, r.StickyErrors, r.LastSticky = 77, 1, 999 // 999 is not a sticky error
+	r.Procs[0].PID, r.Procs[0].Launches = 4242, 77
+	if err := WriteRawUsage(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	whole, werr := b.Snapshot()
+	tot, terr := b.SnapshotTotals()
+	if werr == nil || terr == nil || werr.Error() != terr.Error() {
+		t.Errorf("a bad last sticky error: whole read %v, totals read %v; want the same error", werr, terr)
+	}
+	if tot.Launches != 77 || tot.Procs != nil || len(whole.Procs) != 1 {
+		t.Errorf("totals read: launches %d, %d process(es); whole read %d process(es); want 77, 0, 1", tot.Launches, len(tot.Procs), len(whole.Procs))
+	}
+	for _, tc := range []struct {
+		size          int64
+		totalsCorrupt bool
+	}{{0, true}, {int64(usageTotalsSize) - 1, true}, {int64(usageTotalsSize), false}, {int64(UsageSize) - 1, false}} {
+		r.LastSticky = 700 // an illegal address: sticky
+		if err := WriteRawUsage(dir, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(filepath.Join(dir, UsageFile), tc.size); err != nil {
+			t.Fatal(err)
+		}
+		var ce *CorruptError
+		_, err := b.SnapshotTotals()
+		if got := errors.As(err, &ce) && ce.Header; got != tc.totalsCorrupt || (!got && err != nil) {
+			t.Errorf("usage cut to %d bytes: totals read err = %v, want header corrupt %v", tc.size, err, tc.totalsCorrupt)
+		}
+		if _, err := b.Snapshot(); !errors.As(err, &ce) || !ce.Header {
+			t.Errorf("usage cut to %d bytes: whole read err = %v, want a header ErrCorrupt", tc.size, err)
+		}
+	}
+}
+
 // Issue 15, probe 5: 16 devices × 2⁶³ reserved bytes summed to 0. Values are clamped and
 // reported; the sum cannot wrap.
 func TestHugeCountersAreClampedAndReported(t *testing.T) {

@@ -64,16 +64,25 @@ func IsStickyResult(r uint32) bool { return stickyResults[r] }
 // takes a private page, fills it with one pread, parses it and gives it back.
 var pages = sync.Pool{New: func() any { return new(rawUsage) }}
 
-// readUsage preads the whole usage page of f (never maps it: see Block) into a private
-// page and parses it.
-func readUsage(f *os.File) (Usage, error) {
+// usageTotalsSize is the part of the usage page before the process slots: all that a
+// container's totals are read from (a few hundred bytes of the 12 KiB page).
+const usageTotalsSize = int(unsafe.Offsetof(rawUsage{}.Procs))
+
+// readUsage preads the usage page of f (never maps it: see Block) into a private page
+// and parses it: the whole page, or with procs unset only the part before the process
+// slots.
+func readUsage(f *os.File, procs bool) (Usage, error) {
 	r := pages.Get().(*rawUsage)
 	defer pages.Put(r)
-	n, err := f.ReadAt(bytesOf(r), 0)
+	buf := bytesOf(r)
+	if !procs {
+		buf = buf[:usageTotalsSize]
+	}
+	n, err := f.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return Usage{}, fmt.Errorf("read usage file %s: %w", f.Name(), err)
 	}
-	return parseRaw(r, n, time.Now())
+	return parseRaw(r, n, procs, time.Now())
 }
 
 // ParseUsage decodes a usage page read from a container's usage file. It never trusts
@@ -85,16 +94,21 @@ func ParseUsage(buf []byte, now time.Time) (Usage, error) {
 	r := pages.Get().(*rawUsage)
 	defer pages.Put(r)
 	n := copy(bytesOf(r), buf)
-	return parseRaw(r, n, now)
+	return parseRaw(r, n, true, now)
 }
 
-// parseRaw is ParseUsage of a page of which the first n bytes were read. A page that
-// is sound costs no allocation beyond the per-device and per-process slices of what is
-// in use: the reasons are only formatted for values that are out of range.
-func parseRaw(r *rawUsage, n int, now time.Time) (Usage, error) {
-	if n < UsageSize {
+// parseRaw is ParseUsage of a page of which the first n bytes were read: the whole
+// page, or with procs unset the part before the process slots (which are then neither
+// read nor checked). A page that is sound costs no allocation beyond the per-device and
+// per-process slices of what is in use: the reasons are only formatted for values that
+// are out of range.
+func parseRaw(r *rawUsage, n int, procs bool, now time.Time) (Usage, error) {
+	if want := usageTotalsSize; n < UsageSize && (procs || n < want) {
+		if procs {
+			want = UsageSize
+		}
 		return Usage{}, &CorruptError{Header: true, Reasons: []string{
-			fmt.Sprintf("usage file has %d bytes, want %d (truncated?)", n, UsageSize)}}
+			fmt.Sprintf("usage file has %d bytes, want %d (truncated?)", n, want)}}
 	}
 	var bad []string
 	h := r.Hdr
@@ -171,8 +185,12 @@ func parseRaw(r *rawUsage, n int, now time.Time) (Usage, error) {
 	out.ReservedBytes = perDevice(&r.ReservedBytes, func(d int) string { return fmt.Sprintf("reserved memory of device %d", d) })
 	out.PeakBytes = perDevice(&r.PeakBytes, func(d int) string { return fmt.Sprintf("peak memory of device %d", d) })
 	out.OnlineWidth = onlineWidths(&r.OnlineWidth, note)
-	for i := range r.Procs {
-		p := &r.Procs[i]
+	slots := r.Procs[:]
+	if !procs {
+		slots = nil
+	}
+	for i := range slots {
+		p := &slots[i]
 		if p.PID == 0 {
 			continue
 		}

@@ -29,3 +29,26 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSnapshotTotals is the guard's per-period read since issue 19's fourth round:
+// the totals only, the part of the page before the process slots.
+func BenchmarkSnapshotTotals(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "c")
+	blk, err := Create(dir, Unlimited())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer blk.Close()
+	r := NewRawUsage()
+	r.Launches = 12345
+	r.Procs[0].PID, r.Procs[0].Launches = 4242, 12345
+	if err := WriteRawUsage(dir, r); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := blk.SnapshotTotals(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

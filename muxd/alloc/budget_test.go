@@ -87,7 +87,7 @@ func TestWidthObserve(t *testing.T) {
 // WidthMemory; whole-percent rounding of small figures does not decide it alone.
 func TestBusContention(t *testing.T) {
 	now := time.Unix(1000, 0)
-	heavy := BusUse{OnlineUtil: 0.2, OnlineMem: 0.1, OfflineUtil: 0.6, OfflineMem: 0.36, Known: true} // 50% + 60%
+	heavy := BusUse{OnlineUtil: 0.2, OnlineMem: 0.1, OfflineUtil: 0.6, OfflineMem: 0.36, Known: true}  // 50% + 60%
 	light := BusUse{OnlineUtil: 0.2, OnlineMem: 0.06, OfflineUtil: 0.6, OfflineMem: 0.18, Known: true} // 30% + 30%
 	var b Bus
 	bound, on, off := b.Observe(light, now)

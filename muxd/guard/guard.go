@@ -245,7 +245,7 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 	p := g.Policy()
 	dt := g.begin(p, now)
 	sv := g.sampleView()
-	reads := g.readUsage(ctx, sv, dt, p)
+	reads := g.readUsage(ctx, sv, dt, p, now)
 	decisions := g.allocate(sv, reads, dt, now)
 	g.applyCeilings(sv, decisions, p)
 	g.handleHealth(ctx, sv, p)
@@ -261,7 +261,7 @@ func (g *Guard) begin(p *policy.Policy, now time.Time) (dt float64) {
 	if l.allocs == nil {
 		l.allocs, l.lastState = map[string]*alloc.GPU{}, map[string]monitor.State{}
 		l.applied, l.given = map[string]gate{}, map[string]uint32{}
-		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}}
+		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}, readAt: map[string]time.Time{}, rate: map[string]float64{}}
 		l.sticky = stickyState{last: map[string]uint32{}, reports: map[string]stickyReport{}, lastAt: map[string]time.Time{}}
 		g.mu.Lock()
 		g.decisions, g.gpus, g.ceilings = map[string]alloc.Decision{}, map[string]*gpuState{}, map[string]api.Ceiling{}

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,7 +118,7 @@ func TestOnlineStickyReportConfirmedByAnotherClient(t *testing.T) {
 	f.g.Step(context.Background(), now)
 	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.StickyErrors++; r.LastSticky = 806 })
 	f.writeUsage(t, "train", func(r *ctlblock.RawUsage) { r.StickyErrors++; r.LastSticky = 810 })
-	f.steps(&now, 200*time.Millisecond)
+	f.steps(&now, OfflineUsagePeriod+100*time.Millisecond) // offline blocks are read every OfflineUsagePeriod
 	select {
 	case <-f.mps.restarts:
 	case <-time.After(5 * time.Second):
@@ -131,7 +132,7 @@ func TestOfflineStickyReportEvictsItAlone(t *testing.T) {
 	now := time.Now()
 	f.g.Step(context.Background(), now)
 	f.writeUsage(t, "train", func(r *ctlblock.RawUsage) { r.StickyErrors++; r.LastSticky = 700 })
-	f.steps(&now, 200*time.Millisecond)
+	f.steps(&now, OfflineUsagePeriod+100*time.Millisecond)
 	waitFor(t, func() bool { return f.rec.ids() == "train" })
 	if err := f.g.Admit([]string{"0"}); err != nil {
 		t.Errorf("one offline container's own fault put the GPU in back-off: %v", err)
@@ -140,6 +141,38 @@ func TestOfflineStickyReportEvictsItAlone(t *testing.T) {
 	f.noRestart(t)
 	if got := f.rec.ids(); got != "train" {
 		t.Errorf("evicted %q, want train only", got)
+	}
+}
+
+// Issue 19: an offline container's block is read every OfflineUsagePeriod, not every
+// period: its report is seen at the next read, not before.
+func TestOfflineBlocksAreReadEveryOfflineUsagePeriod(t *testing.T) {
+	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	now := time.Now()
+	f.g.Step(context.Background(), now)
+	f.writeUsage(t, "train", func(r *ctlblock.RawUsage) { r.StickyErrors++; r.LastSticky = 700 })
+	f.steps(&now, OfflineUsagePeriod-200*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	if got := f.rec.ids(); got != "" {
+		t.Fatalf("evicted %q before the offline block was due to be read again", got)
+	}
+	f.steps(&now, 200*time.Millisecond)
+	waitFor(t, func() bool { return f.rec.ids() == "train" })
+}
+
+// Between two reads an offline container's launch rate is the one its last read gave,
+// so that the profiler sees it every period.
+func TestOfflineRateCarriesBetweenReads(t *testing.T) {
+	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	now := time.Now()
+	f.g.Step(context.Background(), now)
+	f.writeUsage(t, "train", func(r *ctlblock.RawUsage) { r.Launches += 1000 })
+	f.steps(&now, OfflineUsagePeriod) // read again: 1,000 launches in 0.5 s
+	for range 3 {
+		if got := f.g.loop.reads.rates["train"]; math.Abs(got-2000) > 1 {
+			t.Fatalf("offline launch rate %v, want 2000/s in every period until the next read", got)
+		}
+		f.steps(&now, 100*time.Millisecond)
 	}
 }
 
@@ -153,7 +186,7 @@ func TestTruncatedOfflineBlockEvictsOnlyItsContainer(t *testing.T) {
 	if err := os.Truncate(filepath.Join(f.blk["train"].Dir(), ctlblock.UsageFile), 0); err != nil {
 		t.Fatal(err)
 	}
-	f.steps(&now, 300*time.Millisecond)
+	f.steps(&now, OfflineUsagePeriod+100*time.Millisecond) // a broken header is acted on at the first read
 	waitFor(t, func() bool { return f.rec.ids() == "train" })
 	if ev := f.mon.eventLog(); !strings.Contains(ev, "GPU-a train: offline container's usage block is corrupt") || !strings.Contains(ev, "truncated") {
 		t.Errorf("events %q", ev)

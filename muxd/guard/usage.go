@@ -13,9 +13,10 @@ import (
 	"github.com/muxflow/muxflow/policy"
 )
 
-// The containers' usage: the second step of a period. Each running container's usage
-// block is read once: the launch rates since the last step (the burst detector and the
-// profiler) and the sticky-error counts come from it. A usage block is the container's
+// The containers' usage: the second step of a period. Each running online container's
+// usage block is read once a period, each offline one's once every OfflineUsagePeriod,
+// their totals only (not the process slots): the launch rates since the last read (the
+// burst detector and the profiler) and the sticky-error counts come from it. A usage block is the container's
 // own word: it is read through a validated copy (ctlblock.ParseUsage), values no libxcuda
 // can write make the container suspect, and a container whose block is corrupt is
 // quarantined — its fault only.
@@ -24,6 +25,13 @@ import (
 // container is quarantined (a single read could be torn by a concurrent write); a broken
 // header or a truncated file is acted on at once.
 const suspectSteps = 2
+
+// OfflineUsagePeriod is how often an offline container's usage block is read. Its launch
+// count feeds only the profiler, and its sticky errors decide its own eviction or
+// corroborate an online container's report within StickyWindow, so reading it every
+// period would buy nothing but a system call per container per period; the online
+// containers' blocks (the burst detector's launch counts) are read every period.
+const OfflineUsagePeriod = 500 * time.Millisecond
 
 // usageReads is what one period read from the running containers' usage blocks.
 type usageReads struct {
@@ -46,14 +54,19 @@ type stickyCount struct {
 // trust is what the guard remembers of each container's reports between periods.
 type trust struct {
 	launches map[string]uint64 // container id -> launches at the previous step
-	// suspect counts consecutive steps in which a container's values were impossible.
+	// suspect counts consecutive reads in which a container's values were impossible.
 	suspect map[string]int
+	// readAt is when each container's block was last read, rate the launch rate it gave
+	// (an offline container's, reported again until its next read).
+	readAt map[string]time.Time
+	rate   map[string]float64
 }
 
-// readUsage reads every running container's usage for this period (dt seconds after the
-// previous one), forgets the containers that are gone, and quarantines those whose block
-// is corrupt.
-func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *policy.Policy) *usageReads {
+// readUsage reads the running containers' usage for this period (dt seconds after the
+// previous one; offline containers' only when OfflineUsagePeriod has passed since their
+// last read), forgets the containers that are gone, and quarantines those whose block is
+// corrupt.
+func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *policy.Policy, now time.Time) *usageReads {
 	r, t := &g.loop.reads, &g.loop.trust
 	if r.usage == nil {
 		r.usage, r.rates, r.corrupt, r.widths = map[string]stickyCount{}, map[string]float64{}, map[string]string{}, map[string]float64{}
@@ -66,11 +79,26 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 		if _, q := g.quarantined[c.ID]; q {
 			continue
 		}
+		since := dt
+		if c.Class != api.Online {
+			at, ok := t.readAt[c.ID]
+			if ok && now.Sub(at) < OfflineUsagePeriod && !now.Before(at) {
+				if rate, ok := t.rate[c.ID]; ok {
+					r.rates[c.ID] = rate
+				}
+				continue
+			}
+			since = 0 // first read: no rate yet
+			if ok {
+				since = now.Sub(at).Seconds()
+			}
+		}
 		b := g.Blocks.Block(c.ID)
 		if b == nil {
 			continue
 		}
-		u, err := b.Snapshot()
+		t.readAt[c.ID] = now
+		u, err := b.SnapshotTotals()
 		if err != nil {
 			if ce := (*ctlblock.CorruptError)(nil); errors.As(err, &ce) {
 				t.suspect[c.ID]++
@@ -81,7 +109,7 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 			continue // else closed while being removed
 		}
 		n := u.Launches
-		if prev, ok := t.launches[c.ID]; ok && dt > 0 {
+		if prev, ok := t.launches[c.ID]; ok && since > 0 {
 			if n < prev {
 				t.suspect[c.ID]++
 				if t.suspect[c.ID] >= suspectSteps {
@@ -89,15 +117,15 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 				}
 				continue
 			}
-			rate := float64(n-prev) / dt
+			rate := float64(n-prev) / since
 			if rate > MaxLaunchRate {
 				t.suspect[c.ID]++
 				if t.suspect[c.ID] >= suspectSteps {
-					r.corrupt[c.ID] = fmt.Sprintf("its launch counter rose %d in %.3fs (%.3g/s; at most %.3g/s is possible)", n-prev, dt, rate, MaxLaunchRate)
+					r.corrupt[c.ID] = fmt.Sprintf("its launch counter rose %d in %.3fs (%.3g/s; at most %.3g/s is possible)", n-prev, since, rate, MaxLaunchRate)
 				}
 				continue
 			}
-			r.rates[c.ID] = rate
+			r.rates[c.ID], t.rate[c.ID] = rate, rate
 		}
 		delete(t.suspect, c.ID)
 		r.usage[c.ID] = stickyCount{errors: u.StickyErrors, last: u.LastSticky, lastAt: u.LastStickyAt}
@@ -128,6 +156,8 @@ func (g *Guard) forget(live map[string]bool) {
 	t, s := &g.loop.trust, &g.loop.sticky
 	forget(t.launches, live)
 	forget(t.suspect, live)
+	forget(t.readAt, live)
+	forget(t.rate, live)
 	forget(s.last, live)
 	forget(s.reports, live)
 	forget(s.lastAt, live)
