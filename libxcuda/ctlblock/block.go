@@ -446,25 +446,20 @@ func (b *Block) Limits() Limits {
 // buffer, validated and clamped by ParseUsage. The error (ErrCorrupt, with every reason)
 // says the container's usage file is not what libxcuda writes; the Usage returned with
 // it holds the clamped values when the header was sound.
-func (b *Block) Snapshot() (Usage, error) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.usage == nil {
-		return Usage{}, fmt.Errorf("read usage in %s: %w", b.dir, ErrClosed)
-	}
-	return readUsage(b.usage, true)
-}
+func (b *Block) Snapshot() (Usage, error) { return b.snapshot(true) }
 
 // SnapshotTotals is Snapshot without the process slots (Procs is nil): one read of the
 // few hundred bytes before them instead of the whole page, validated the same way, for
 // muxd's per-period step, which needs only the container's totals.
-func (b *Block) SnapshotTotals() (Usage, error) {
+func (b *Block) SnapshotTotals() (Usage, error) { return b.snapshot(false) }
+
+func (b *Block) snapshot(procs bool) (Usage, error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.usage == nil {
 		return Usage{}, fmt.Errorf("read usage in %s: %w", b.dir, ErrClosed)
 	}
-	return readUsage(b.usage, false)
+	return readUsage(b.usage, procs)
 }
 
 // Usage returns a snapshot of the container's usage, zero when the usage file is

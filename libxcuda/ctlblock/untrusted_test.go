@@ -40,17 +40,24 @@ func TestTruncatedUsageIsCorruptNotSIGBUS(t *testing.T) {
 	}
 }
 
+// mustCreate creates an unlimited block in dir, closed when the test ends.
+func mustCreate(t *testing.T, dir string) *Block {
+	t.Helper()
+	b, err := Create(dir, Unlimited())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 // The guard's per-period read (SnapshotTotals) reads only the totals before the process
 // slots: a file cut short of them is corrupt as for a whole read; one cut within the
 // slots still gives the totals (nothing it reads is missing), while a whole read says it
 // is truncated. Out-of-range totals are clamped and reported the same way.
 func TestTotalsReadValidatesWhatItReads(t *testing.T) {
 	dir := t.TempDir()
-	b, err := Create(dir, Unlimited())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := mustCreate(t, dir)
 	r := NewRawUsage()
 	r.Launches, r.StickyErrors, r.LastSticky = 77, 1, 999 // 999 is not a sticky error
 	r.Procs[0].PID, r.Procs[0].Launches = 4242, 77
@@ -91,11 +98,7 @@ func TestTotalsReadValidatesWhatItReads(t *testing.T) {
 // reported; the sum cannot wrap.
 func TestHugeCountersAreClampedAndReported(t *testing.T) {
 	dir := t.TempDir()
-	b, err := Create(dir, Unlimited())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := mustCreate(t, dir)
 	r := NewRawUsage()
 	for d := range MaxDevices {
 		r.ReservedBytes[d] = 1 << 63
