@@ -319,7 +319,8 @@ func (g *Guard) estimateOnline(v gpuView, st *gpuState, m demand) float64 {
 // found (no per-process samples, or none of them belongs to an online container): the
 // value is then a conservative stand-in (the GPU's whole utilisation, which also counts
 // offline kernels, or 1 without it) and never 0, so that a failed attribution cannot
-// give offline work its maximum. why says which case it was.
+// give offline work its maximum. why says which case it was. The same samples' memory
+// utilisation, by class, goes into bus (alloc.Bus reads the GPU's bandwidth from it).
 func (g *Guard) onlineUtil(v gpuView, bus *alloc.BusUse) (util float64, ok bool, why string) {
 	s := v.status.Sample
 	if s == nil {
