@@ -106,6 +106,9 @@ func TestSparseMatchesBruteForce(t *testing.T) {
 			t.Fatalf("trial %d: %v", trial, err)
 		}
 		repairs += m.Repairs
+		if m.FellBack {
+			t.Fatalf("trial %d: the warm start's repairs ran past their bound", trial)
+		}
 		checkMatching(t, g, m)
 		if m.Total != want {
 			t.Fatalf("trial %d (%d×%d, mode %d): total %v, brute force %v\n%v", trial, rows, cols, trial%3, m.Total, want, w)
@@ -249,6 +252,280 @@ func TestSparseWarmKeepsEarlierColumns(t *testing.T) {
 		checkMatching(t, g, got)
 		if math.Abs(got.Total-want.Total) > 1e-9*want.Total {
 			t.Fatalf("trial %d after a change: warm %v, dense %v", trial, got.Total, want.Total)
+		}
+	}
+}
+
+// replicaWeights draws a sparse problem shaped like a planner round: rows of a few
+// kinds, columns of a few groups, each row holding k random columns at its kind's
+// weight for their group. The weights are decimals (not exact in binary), so prices
+// summed over many searches drift by rounding, as they do round after round.
+func replicaWeights(r *rand.Rand, rows, cols, k int, base []float64, groups int, kind, group []int) []float64 {
+	w := make([]float64, rows*cols)
+	for x := range w {
+		w[x] = math.Inf(-1)
+	}
+	for i := 0; i < rows; i++ {
+		for range k {
+			j := r.IntN(cols)
+			w[i*cols+j] = base[kind[i]*groups+group[j]]
+		}
+	}
+	return w
+}
+
+// TestSparseWarmLowersStalePrices: when jobs leave, the GPUs they held keep a price no
+// one pays; the warm start lowers it (to what the jobs that stay would pay at most) and
+// the answer is still the optimum, every round of a chain of re-solves.
+func TestSparseWarmLowersStalePrices(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	var s Sparse
+	var d Dense
+	lowered := 0
+	for trial := 0; trial < 40; trial++ {
+		rows, cols := 30+r.IntN(50), 30+r.IntN(50)
+		kinds, groups := 1+r.IntN(4), 1+r.IntN(5)
+		base := make([]float64, kinds*groups)
+		for x := range base {
+			base[x] = 0.5 + float64(r.IntN(500))/1000
+		}
+		kind, group := make([]int, rows), make([]int, cols)
+		for i := range kind {
+			kind[i] = r.IntN(kinds)
+		}
+		for j := range group {
+			group[j] = r.IntN(groups)
+		}
+		w := replicaWeights(r, rows, cols, 8, base, groups, kind, group)
+		g := denseToCandidates(w, rows, cols)
+		prev, err := s.MaxWeightMatching(g, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := 0; round < 5; round++ {
+			// A sixth of the rows leave and as many new ones come; the GPUs the
+			// leavers held keep their price, raised further for good measure.
+			var w2 []float64
+			var hint []int32
+			held := make([]bool, cols)
+			left := make([]bool, cols)
+			for i := 0; i < rows; i++ {
+				if r.IntN(6) == 0 {
+					if c := prev.RowCol[i]; c >= 0 {
+						left[c] = true
+					}
+					kind[i] = r.IntN(kinds)
+					row := replicaWeights(r, 1, cols, 8, base, groups, kind[i:i+1], group)
+					w2 = append(w2, row...)
+					hint = append(hint, -1)
+					continue
+				}
+				w2 = append(w2, w[i*cols:(i+1)*cols]...)
+				hint = append(hint, int32(prev.RowCol[i]))
+				if c := prev.RowCol[i]; c >= 0 {
+					held[c] = true
+				}
+			}
+			warm := Prices{Col: slices.Clone(prev.Prices.Col), RowCol: hint}
+			for j := range warm.Col {
+				if left[j] && !held[j] {
+					warm.Col[j] += 0.25
+				}
+			}
+			g2 := denseToCandidates(w2, rows, cols)
+			s.lowered = 0
+			got, err := s.MaxWeightMatching(g2, &warm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lowered += s.lowered
+			checkMatching(t, g2, got)
+			want, err := d.MaxWeightMatching(w2, rows, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(got.Total-want.Total) > 1e-9*math.Max(1, want.Total) {
+				t.Fatalf("trial %d round %d: warm %.12f, dense %.12f", trial, round, got.Total, want.Total)
+			}
+			w, prev = w2, got
+		}
+	}
+	if lowered == 0 {
+		t.Error("no warm start lowered a price: the test proves little")
+	}
+}
+
+// TestSparseWarmChainOnPlateaus: a long chain of warm re-solves of a replica-shaped
+// problem, each from the prices and pairs of the one before (so rounding accumulates
+// in the prices as it does between planner rounds), with rows replaced and columns
+// moved to other groups every round: every answer is the optimum, the prices certify
+// it, and re-solving an unchanged problem makes no search at all.
+func TestSparseWarmChainOnPlateaus(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	var s Sparse
+	var d Dense
+	const rows, cols, kinds, groups = 120, 110, 6, 5
+	base := make([]float64, kinds*groups)
+	for x := range base {
+		base[x] = 0.3 + float64(r.IntN(700))/1000
+	}
+	kind, group := make([]int, rows), make([]int, cols)
+	for i := range kind {
+		kind[i] = r.IntN(kinds)
+	}
+	for j := range group {
+		group[j] = r.IntN(groups)
+	}
+	lists := make([][]int, rows)
+	for i := range lists {
+		for range 10 {
+			lists[i] = append(lists[i], r.IntN(cols))
+		}
+	}
+	weights := func() []float64 {
+		w := make([]float64, rows*cols)
+		for x := range w {
+			w[x] = math.Inf(-1)
+		}
+		for i, l := range lists {
+			for _, j := range l {
+				w[i*cols+j] = base[kind[i]*groups+group[j]]
+			}
+		}
+		return w
+	}
+	w := weights()
+	prev, err := s.MaxWeightMatching(denseToCandidates(w, rows, cols), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 60; round++ {
+		hint := make([]int32, rows)
+		for i, c := range prev.RowCol {
+			hint[i] = int32(c)
+		}
+		if round%10 != 9 {
+			for range 3 {
+				i := r.IntN(rows)
+				kind[i], hint[i] = r.IntN(kinds), -1
+				lists[i] = lists[i][:0]
+				for range 10 {
+					lists[i] = append(lists[i], r.IntN(cols))
+				}
+			}
+			for range 3 {
+				group[r.IntN(cols)] = r.IntN(groups)
+			}
+		}
+		w = weights()
+		g := denseToCandidates(w, rows, cols)
+		got, err := s.MaxWeightMatching(g, &Prices{Col: prev.Prices.Col, RowCol: hint})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMatching(t, g, got)
+		want, err := d.MaxWeightMatching(w, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(got.Total-want.Total) > 1e-9*math.Max(1, want.Total) {
+			t.Fatalf("round %d: warm %.12f, dense %.12f", round, got.Total, want.Total)
+		}
+		if round%10 == 9 && (got.Augmentations != 0 || got.Scanned != 0) {
+			t.Fatalf("round %d: unchanged problem made %d searches over %d edges", round, got.Augmentations, got.Scanned)
+		}
+		prev = got
+	}
+}
+
+// TestSparseRepairsInOneRound: far more GPUs than jobs, and a warm start that prices
+// every GPU: most end free, each priced one is let fall to 0 by one backward search, the
+// repairs never run into their bound, and the answer is the optimum.
+func TestSparseRepairsInOneRound(t *testing.T) {
+	r := rand.New(rand.NewPCG(51, 52))
+	var s Sparse
+	var d Dense
+	repairs := 0
+	for trial := 0; trial < 50; trial++ {
+		rows, cols := 10+r.IntN(40), 60+r.IntN(120)
+		w := make([]float64, rows*cols)
+		for x := range w {
+			w[x] = math.Inf(-1)
+		}
+		for i := 0; i < rows; i++ {
+			for range 1 + r.IntN(10) {
+				w[i*cols+r.IntN(cols)] = float64(1+r.IntN(9)) / 10
+			}
+		}
+		g := denseToCandidates(w, rows, cols)
+		warm := &Prices{Col: make([]float64, cols), RowCol: make([]int32, rows)}
+		for j := range warm.Col {
+			warm.Col[j] = r.Float64()
+		}
+		for i := range warm.RowCol {
+			warm.RowCol[i] = int32(r.IntN(cols+1) - 1)
+		}
+		got, err := s.MaxWeightMatching(g, warm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.FellBack {
+			t.Fatalf("trial %d: repairs ran past their bound (%d repairs)", trial, got.Repairs)
+		}
+		repairs += got.Repairs
+		checkMatching(t, g, got)
+		want, err := d.MaxWeightMatching(w, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(got.Total-want.Total) > 1e-9*math.Max(1, want.Total) {
+			t.Fatalf("trial %d: warm %.12f, dense %.12f", trial, got.Total, want.Total)
+		}
+	}
+	if repairs == 0 {
+		t.Error("no solve needed a repair: the test proves little")
+	}
+}
+
+// TestSparseColdPricesAreLeast: a cold solve returns the least prices that certify its
+// pairs: every priced GPU is worth exactly its price to some job other than its holder
+// (else its price alone could fall), and the prices still certify the optimum.
+func TestSparseColdPricesAreLeast(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	var s Sparse
+	for trial := 0; trial < 200; trial++ {
+		rows, cols := 5+r.IntN(60), 5+r.IntN(60)
+		w := randomMatrix(r, rows, cols, 0.7, math.Inf(-1))
+		g := denseToCandidates(w, rows, cols)
+		m, err := s.MaxWeightMatching(g, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMatching(t, g, m)
+		profit := make([]float64, rows)
+		holder := make([]int, cols)
+		for j := range holder {
+			holder[j] = -1
+		}
+		for i, j := range m.RowCol {
+			if j >= 0 {
+				holder[j] = i
+				profit[i] = w[i*cols+j] - m.Prices.Col[j]
+			}
+		}
+		for j, p := range m.Prices.Col {
+			if p <= 1e-9 {
+				continue
+			}
+			tight := false
+			for i := 0; i < rows; i++ {
+				if x := w[i*cols+j]; i != holder[j] && x > 0 && !math.IsInf(x, -1) && profit[i] <= x-p+1e-9 {
+					tight = true
+				}
+			}
+			if !tight {
+				t.Fatalf("trial %d: GPU %d priced %v, but no other job would pay that", trial, j, p)
+			}
 		}
 	}
 }

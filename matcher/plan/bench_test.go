@@ -89,6 +89,7 @@ func BenchmarkReplan(b *testing.B) {
 			b.ReportMetric(float64(len(pl.Assignments)), "assigned")
 			b.ReportMetric(pl.Stats.TotalWeight, "weight")
 			b.ReportMetric(float64(pl.Stats.Augmentations), "augmentations")
+			b.ReportMetric(float64(pl.Stats.EdgesScanned), "edges-scanned")
 		})
 	}
 }

@@ -71,13 +71,12 @@ type rankKey struct {
 }
 
 type gpuState struct {
-	col     int32
-	round   uint64
-	group   int32
-	free    float64
-	hashes  [ringPoints]uint64
-	slotIx  int32  // index in this round's slots
-	changed uint64 // round in which it was new or changed group or free memory
+	col    int32
+	round  uint64
+	group  int32
+	free   float64
+	hashes [ringPoints]uint64
+	slotIx int32 // index in this round's slots
 }
 
 type groupState struct {
@@ -245,10 +244,8 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 			in.gpus[s.gpu.UUID] = st
 			in.colGPU[st.col] = st
 			events = append(events, gpuEvent{st: st, oldGroup: -1, newIn: true, newGroup: gid, newFree: free})
-			st.changed = round
 		} else if st.group != gid || st.free != free {
 			events = append(events, gpuEvent{st: st, oldIn: true, oldGroup: st.group, oldFree: st.free, newIn: true, newGroup: gid, newFree: free})
-			st.changed = round
 		}
 		st.round, st.slotIx, st.group, st.free = round, int32(si), gid, free
 		in.curUUIDs, in.curGPUs = append(in.curUUIDs, s.gpu.UUID), append(in.curGPUs, st)
@@ -479,45 +476,7 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 
 	var warm *assign.Prices
 	if in.solved {
-		warm = &assign.Prices{Col: make([]float64, g.Cols), RowCol: hint}
-		copy(warm.Col, in.prices)
-		// A GPU that is new or changed group or memory since last round gets the
-		// mean price of its group's unchanged GPUs: its old price (or none) says
-		// nothing about it now, and a price far off sends many rows searching.
-		sum := make([]float64, len(in.groups))
-		cnt := make([]int, len(in.groups))
-		for c, st := range in.colGPU {
-			switch {
-			case st == nil:
-				warm.Col[c] = 0
-			case st.changed != round:
-				sum[st.group] += warm.Col[c]
-				cnt[st.group]++
-			}
-		}
-		for _, e := range events {
-			if e.newIn {
-				c := e.st.col
-				warm.Col[c] = 0
-				if n := cnt[e.newGroup]; n > 0 {
-					warm.Col[c] = sum[e.newGroup] / float64(n)
-				}
-			}
-		}
-		// A GPU no pending job held last round (its job left, or it is new) starts
-		// free of charge: it must end priced 0 unless someone takes it, and a price
-		// left from a job that is gone makes the searches that should reach it long.
-		held := make([]bool, g.Cols)
-		for _, c := range hint {
-			if c >= 0 && int(c) < len(held) {
-				held[c] = true
-			}
-		}
-		for c := range warm.Col {
-			if !held[c] {
-				warm.Col[c] = 0
-			}
-		}
+		warm = in.warmPrices(hint, events, g.Cols)
 		pl.Stats.WarmStart = true
 	} else if len(jobs) > 4*coarseMin && g.Cols > 4*coarseMin && !p.noCoarse {
 		// No previous round: get prices from a coarse round first.
@@ -534,12 +493,16 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 		}
 		pl.Stats.CoarseStart = true
 	}
+	if solveHook != nil {
+		solveHook(g, warm)
+	}
 	m, err := p.sparse.MaxWeightMatching(g, warm)
 	if err != nil {
 		in.reset()
 		return nil, nil, fmt.Errorf("top-k matching: %w", err)
 	}
-	pl.Stats.Augmentations, pl.Stats.Repairs = m.Augmentations, m.Repairs
+	pl.Stats.Augmentations, pl.Stats.Repairs, pl.Stats.EdgesScanned = m.Augmentations, m.Repairs, m.Scanned
+	pl.Stats.WarmFallback = m.FellBack
 	in.prices = m.Prices.Col
 	in.solved = true
 	for i, c := range m.RowCol {
@@ -547,6 +510,53 @@ func (p *Planner) solveTopK(pl *Plan, jobs []Job, slots []gpuSlot) ([]int, [][2]
 		result(i, int32(c))
 	}
 	return out, pred, nil
+}
+
+// solveHook, when set (tests), sees each top-k solve's graph and warm start.
+var solveHook func(g *assign.Candidates, warm *assign.Prices)
+
+// warmPrices starts a round's solve from the last one's prices and pairs (hint: each
+// row's column in the last solve).
+//
+// A GPU that still holds the job it held but changed group has a new weight for that
+// job: its price moves by the same amount, so that the job gains there what it gained
+// before and stays as content as it was (a group's mean price, as before, left many
+// jobs preferring the GPU or leaving it, each a search). A GPU no pending job held
+// last round (its job left, or it is new) starts free of charge: it must end priced 0
+// unless someone takes it, and the price of a job that is gone says nothing about it;
+// the solver then lowers what such GPUs cost once the jobs have settled
+// (assign.Sparse's warm start).
+func (in *incremental) warmPrices(hint []int32, events []gpuEvent, cols int) *assign.Prices {
+	warm := &assign.Prices{Col: make([]float64, cols), RowCol: hint}
+	copy(warm.Col, in.prices)
+	holder := make([]int32, cols)
+	for c := range holder {
+		holder[c] = -1
+	}
+	for i, c := range hint {
+		if c >= 0 && int(c) < cols {
+			holder[c] = int32(i)
+		}
+	}
+	for _, e := range events {
+		if !e.oldIn || !e.newIn || e.oldGroup == e.newGroup {
+			continue
+		}
+		c := e.st.col
+		if holder[c] < 0 {
+			continue
+		}
+		k := in.prevJobs[holder[c]].kind
+		if wo, wn := k.gw[e.oldGroup], k.gw[e.newGroup]; !math.IsInf(wo, -1) && !math.IsInf(wn, -1) {
+			warm.Col[c] = max(0, warm.Col[c]+wn-wo)
+		}
+	}
+	for c := range warm.Col {
+		if holder[c] < 0 || in.colGPU[c] == nil {
+			warm.Col[c] = 0
+		}
+	}
+	return warm
 }
 
 func cmpPoint(a, b ringPoint) int {

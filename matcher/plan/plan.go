@@ -141,9 +141,14 @@ type Stats struct {
 	TotalWeight   float64 `json:"total_weight"`
 	SolveSeconds  float64 `json:"solve_seconds"`
 	Augmentations int     `json:"augmentations,omitempty"`
-	// Repairs counts the warm start's repair rounds (assign.Matching.Repairs).
-	Repairs   int  `json:"repairs,omitempty"`
-	WarmStart bool `json:"warm_start,omitempty"`
+	// EdgesScanned counts the candidate edges the top-k solve's searches scanned.
+	EdgesScanned int `json:"edges_scanned,omitempty"`
+	// Repairs counts the GPUs the warm start left free but priced, each repaired by a
+	// backward search (assign.Matching.Repairs); WarmFallback says the repairs ran
+	// past their bound and the round was solved cold.
+	Repairs      int  `json:"repairs,omitempty"`
+	WarmFallback bool `json:"warm_fallback,omitempty"`
+	WarmStart    bool `json:"warm_start,omitempty"`
 	// CoarseStart says the first round started from a coarse round's prices.
 	CoarseStart bool `json:"coarse_start,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/muxflow/muxflow/matcher/assign"
 	"github.com/muxflow/muxflow/matcher/predict"
 	"github.com/muxflow/muxflow/matcher/profile"
 )
@@ -171,6 +172,9 @@ func TestWarmReplanMatchesCold(t *testing.T) {
 						t.Errorf("round %d (%s): job %s warm %q, cold %q", round, pat, id, warm.Unassigned[id], why)
 					}
 				}
+				if warm.Stats.WarmFallback {
+					t.Errorf("round %d (%s): the warm start's repairs ran past their bound (%d repairs, %d searches)", round, pat, warm.Stats.Repairs, warm.Stats.Augmentations)
+				}
 				if pat == "unchanged" && warm.Stats.Augmentations != 0 {
 					t.Errorf("round %d: unchanged round made %d searches", round, warm.Stats.Augmentations)
 				}
@@ -206,4 +210,88 @@ func listsOf(p *Planner, jobs []Job, reports []profile.NodeReport) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestWarmPricesFollowTheHolder: the warm start of a round moves the price of a GPU that
+// changed service by its holder's change of weight (the holder keeps what it gained
+// there), keeps the price of an unchanged held GPU, and starts a GPU whose holder left
+// at 0.
+func TestWarmPricesFollowTheHolder(t *testing.T) {
+	c := NewSyntheticCluster(400, 400, 12, 8, 5)
+	reports, jobs := c.Reports, c.Jobs
+	p, _ := NewPlanner(Config{Predictor: predict.Analytic{}, Mode: TopK})
+	if _, err := p.Plan(reports, jobs); err != nil {
+		t.Fatal(err)
+	}
+	// Columns held last round, by the job holding them.
+	type held struct {
+		job   string
+		uuid  string
+		col   int32
+		group int32
+		price float64
+	}
+	var hs []held
+	for id, js := range p.inc.jobs {
+		if js.col < 0 {
+			continue
+		}
+		st := p.inc.colGPU[js.col]
+		for uuid, s := range p.inc.gpus {
+			if s == st {
+				hs = append(hs, held{id, uuid, js.col, st.group, p.inc.prices[js.col]})
+			}
+		}
+	}
+	slices.SortFunc(hs, func(a, b held) int { return cmpString(a.job, b.job) })
+	if len(hs) < 3 {
+		t.Fatalf("only %d jobs paired", len(hs))
+	}
+	moved, same, left := hs[0], hs[1], hs[2]
+	// moved's GPU runs another service (same free memory, so the lists stay); left's
+	// job goes away.
+	reports, jobs = CloneRound(reports, jobs)
+	var svc profile.Profile
+	for _, rep := range reports {
+		for gi := range rep.GPUs {
+			g := &rep.GPUs[gi]
+			if g.UUID != moved.uuid {
+				continue
+			}
+			for _, s := range c.Services {
+				if keyOf(s) != keyOf(g.Online.Profile) {
+					svc = s
+					break
+				}
+			}
+			on := *g.Online
+			on.Profile = svc
+			g.Online = &on
+		}
+	}
+	jobs = slices.DeleteFunc(jobs, func(j Job) bool { return j.ID == left.job })
+	var warm []float64
+	solveHook = func(_ *assign.Candidates, w *assign.Prices) { warm = slices.Clone(w.Col) }
+	defer func() { solveHook = nil }()
+	if _, err := p.Plan(reports, jobs); err != nil {
+		t.Fatal(err)
+	}
+	k := p.inc.jobs[moved.job].kind
+	newGroup := p.inc.colGroup[moved.col]
+	if newGroup == moved.group {
+		t.Fatal("the GPU did not change group")
+	}
+	want := math.Max(0, moved.price+k.gw[newGroup]-k.gw[moved.group])
+	if math.IsInf(k.gw[newGroup], -1) {
+		t.Skip("the new service rules the job out; pick another seed")
+	}
+	if got := warm[moved.col]; math.Abs(got-want) > 1e-12 {
+		t.Errorf("changed GPU: warm price %v, want %v (was %v, weight %v -> %v)", got, want, moved.price, k.gw[moved.group], k.gw[newGroup])
+	}
+	if got := warm[same.col]; got != same.price {
+		t.Errorf("unchanged held GPU: warm price %v, want %v", got, same.price)
+	}
+	if got := warm[left.col]; got != 0 {
+		t.Errorf("GPU whose job left: warm price %v, want 0", got)
+	}
 }

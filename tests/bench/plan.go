@@ -57,7 +57,7 @@ func benchPlan(reps int) error {
 	var cold, warm, coldWall, warmWall, again, againWall []float64
 	var lastCold, lastWarm *plan.Plan
 	same := true
-	var searches []string
+	var searches, scanned []string
 	for rep := range reps {
 		reports, jobs, svc, kind := cluster(n, n, 300, 200, uint64(rep+1))
 		reports2, jobs2 := perturb(reports, jobs, svc, kind, 0.01, uint64(rep+1))
@@ -103,13 +103,15 @@ func benchPlan(reps int) error {
 			}
 		}
 		searches = append(searches, fmt.Sprintf("%d/%d/%d", w.Stats.Augmentations, a.Stats.Augmentations, c.Stats.Augmentations))
+		scanned = append(scanned, fmt.Sprintf("%.1fM", float64(w.Stats.EdgesScanned)/1e6))
 		lastCold, lastWarm = c, w
 	}
 	fmt.Printf("%-6s %10.3f %10.3f %9d %14.4f\n", "cold", median(cold), median(coldWall), len(lastCold.Assignments), lastCold.Stats.TotalWeight)
 	fmt.Printf("%-6s %10.3f %10.3f %9d %14.4f\n", "warm", median(warm), median(warmWall), len(lastWarm.Assignments), lastWarm.Stats.TotalWeight)
 	fmt.Printf("%-6s %10.3f %10.3f   (warm again, nothing changed)\n", "again", median(again), median(againWall))
 	fmt.Printf("warm/cold CPU %.3f×; same optimum as cold (1e-9 relative, warm and again) in every run: %v\n", median(warm)/median(cold), same)
-	fmt.Printf("searches warm/again/cold per run: %s; warm CPU per run: %s\n", strings.Join(searches, " "), fmtSecs(warm))
+	fmt.Printf("searches warm/again/cold per run: %s; edges the warm searches scanned: %s; warm CPU per run: %s\n",
+		strings.Join(searches, " "), strings.Join(scanned, " "), fmtSecs(warm))
 	return nil
 }
 
