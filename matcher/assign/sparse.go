@@ -240,9 +240,6 @@ func (s *Sparse) solve(g *Candidates, warm *Prices) (Matching, error) {
 		if warm == nil {
 			break
 		}
-		if dbgRound != nil {
-			dbgRound(s)
-		}
 		fixed := s.repair(C)
 		if fixed == 0 {
 			break
@@ -760,8 +757,6 @@ func (h *minHeap) pop() (float64, int32) {
 	*h = a
 	return top.d, top.j
 }
-
-var dbgRound func(*Sparse)
 
 // minimizePrices lowers every price as far as the pairs found allow: to the least
 // prices that still certify them (each column falls by the least of its own price and,
