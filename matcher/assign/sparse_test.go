@@ -274,6 +274,24 @@ func replicaWeights(r *rand.Rand, rows, cols, k int, base []float64, groups int,
 	return w
 }
 
+// replicaShape draws a replica-like problem's shape: a base weight per (job kind, GPU
+// group), lo plus a multiple of 1/1000 below steps/1000, and each job's kind and each
+// GPU's group.
+func replicaShape(r *rand.Rand, rows, cols, kinds, groups int, lo float64, steps int) (base []float64, kind, group []int) {
+	base = make([]float64, kinds*groups)
+	for x := range base {
+		base[x] = lo + float64(r.IntN(steps))/1000
+	}
+	kind, group = make([]int, rows), make([]int, cols)
+	for i := range kind {
+		kind[i] = r.IntN(kinds)
+	}
+	for j := range group {
+		group[j] = r.IntN(groups)
+	}
+	return base, kind, group
+}
+
 // TestSparseWarmLowersStalePrices: when jobs leave, the GPUs they held keep a price no
 // one pays; the warm start lowers it (to what the jobs that stay would pay at most) and
 // the answer is still the optimum, every round of a chain of re-solves.
@@ -285,17 +303,7 @@ func TestSparseWarmLowersStalePrices(t *testing.T) {
 	for trial := 0; trial < 40; trial++ {
 		rows, cols := 30+r.IntN(50), 30+r.IntN(50)
 		kinds, groups := 1+r.IntN(4), 1+r.IntN(5)
-		base := make([]float64, kinds*groups)
-		for x := range base {
-			base[x] = 0.5 + float64(r.IntN(500))/1000
-		}
-		kind, group := make([]int, rows), make([]int, cols)
-		for i := range kind {
-			kind[i] = r.IntN(kinds)
-		}
-		for j := range group {
-			group[j] = r.IntN(groups)
-		}
+		base, kind, group := replicaShape(r, rows, cols, kinds, groups, 0.5, 500)
 		w := replicaWeights(r, rows, cols, 8, base, groups, kind, group)
 		g := denseToCandidates(w, rows, cols)
 		prev, err := s.MaxWeightMatching(g, nil)
@@ -365,17 +373,7 @@ func TestSparseWarmChainOnPlateaus(t *testing.T) {
 	var s Sparse
 	var d Dense
 	const rows, cols, kinds, groups = 120, 110, 6, 5
-	base := make([]float64, kinds*groups)
-	for x := range base {
-		base[x] = 0.3 + float64(r.IntN(700))/1000
-	}
-	kind, group := make([]int, rows), make([]int, cols)
-	for i := range kind {
-		kind[i] = r.IntN(kinds)
-	}
-	for j := range group {
-		group[j] = r.IntN(groups)
-	}
+	base, kind, group := replicaShape(r, rows, cols, kinds, groups, 0.3, 700)
 	lists := make([][]int, rows)
 	for i := range lists {
 		for range 10 {
