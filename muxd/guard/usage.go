@@ -16,10 +16,10 @@ import (
 // The containers' usage: the second step of a period. Each running online container's
 // usage block is read once a period, each offline one's once every OfflineUsagePeriod,
 // their totals only (not the process slots): the launch rates since the last read (the
-// burst detector and the profiler) and the sticky-error counts come from it. A usage block is the container's
-// own word: it is read through a validated copy (ctlblock.ParseUsage), values no libxcuda
-// can write make the container suspect, and a container whose block is corrupt is
-// quarantined — its fault only.
+// burst detector and the profiler) and the sticky-error counts come from it. A usage
+// block is the container's own word: it is read through a validated copy
+// (ctlblock.ParseUsage's checks), values no libxcuda can write make the container
+// suspect, and a container whose block is corrupt is quarantined — its fault only.
 
 // suspectSteps is how many consecutive reads must show impossible values before a
 // container is quarantined (a single read could be torn by a concurrent write); a broken
