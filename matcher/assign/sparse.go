@@ -106,6 +106,16 @@ type Sparse struct {
 	rcCost                []float64
 	revBuilt              bool
 	rl                    []rowLabel
+	// k holds the clusters the searches keep (cluster.go); pathRows the rows the last
+	// search's path moved.
+	k        clusters
+	pathRows []int32
+	// ties counts the search's edges that reached a column as near as it already
+	// was: many make a plateau worth a cluster; left is the number of searches still
+	// to come.
+	ties, left int
+	// clusterAt overrides clusterMin (tests; < 0: no cluster).
+	clusterAt int
 }
 
 // rowLabel is a row's label in a backward search: its distance, the column it would
@@ -229,14 +239,19 @@ func (s *Sparse) solve(g *Candidates, warm *Prices) (Matching, error) {
 	s.epoch = 0
 	scanned := s.scanned
 	m := Matching{RowCol: make([]int, R)}
+	s.resetClusters(n, R)
 	for rounds := 0; ; rounds++ {
-		for _, i := range s.free {
+		for k, i := range s.free {
+			s.left = len(s.free) - k - 1
 			if err := s.augment(i); err != nil {
+				s.dissolveClusters()
 				return Matching{}, err
 			}
 			m.Augmentations++
 		}
 		s.free = s.free[:0]
+		// The repairs and what follows read each column's own price.
+		s.dissolveClusters()
 		if warm == nil {
 			break
 		}
@@ -595,7 +610,11 @@ func (s *Sparse) augment(f int32) error {
 	ep := s.epoch
 	s.heap = s.heap[:0]
 	s.ready = s.ready[:0]
+	s.ties = 0
+	k := &s.k
+	k.on = k.on[:0]
 	start, col, cost, cs, colSol, pred, predCost := s.start, s.col, s.cost, s.cs, s.colSol, s.pred, s.predCost
+	member, cid, list := k.member, k.cid, k.list
 	end, bound := int32(-1), math.Inf(1)
 	i, h := f, 0.0 // the row being expanded and its potential less its distance
 	for {
@@ -606,8 +625,22 @@ func (s *Sparse) augment(f int32) error {
 			if c.scanned == ep {
 				continue
 			}
-			nd := cost[e] - c.v - h
-			if nd >= bound || c.touched == ep && nd >= c.d {
+			v := c.v
+			if member[j>>6]&(1<<(j&63)) != 0 {
+				cl := &list[cid[j]]
+				if cl.on {
+					continue
+				}
+				v += cl.kv
+			}
+			nd := cost[e] - v - h
+			if nd >= bound {
+				continue
+			}
+			if c.touched == ep && nd >= c.d {
+				if nd <= c.d+s.eps {
+					s.ties++ // another way of zero length: a plateau
+				}
 				continue
 			}
 			c.touched = ep
@@ -620,43 +653,143 @@ func (s *Sparse) augment(f int32) error {
 			}
 			s.heap.push(nd, j)
 		}
-		j := int32(-1)
-		var dist float64
-		for len(s.heap) > 0 {
-			dj, cj := s.heap.pop()
-			if cs[cj].scanned == ep || dj > cs[cj].d {
+		// The next row: a settled cluster's row whose edges out may lie nearer than
+		// the nearest unsettled column, or that column's row.
+		next := int32(-1)
+		for next < 0 {
+			for len(s.heap) > 0 {
+				j := s.heap[0].j
+				if cs[j].scanned == ep || s.heap[0].d > cs[j].d || k.has(j) && list[cid[j]].on {
+					s.heap.pop()
+					continue
+				}
+				break
+			}
+			nearest := math.Inf(1)
+			if len(s.heap) > 0 {
+				nearest = s.heap[0].d
+			}
+			if len(k.on) > 0 {
+				// A settled cluster's cheapest edge out, if nearer.
+				if y, d, r, c := s.nextBoundary(math.Min(nearest, bound-s.eps)); y >= 0 {
+					cy := &cs[y]
+					if cy.scanned == ep || k.has(y) && list[cid[y]].on || d >= bound || cy.touched == ep && d >= cy.d {
+						continue
+					}
+					cy.touched, cy.d = ep, d
+					pred[y], predCost[y] = r, c
+					if colSol[y] < 0 {
+						end, bound = y, d
+					} else {
+						s.heap.push(d, y)
+					}
+					continue
+				}
+			}
+			if len(s.heap) == 0 || nearest >= bound-s.eps {
+				break
+			}
+			dist, j := s.heap.pop()
+			if k.has(j) {
+				// A cluster's first member reached: all of it lies here.
+				cl := &list[cid[j]]
+				cl.on, cl.d, cl.entry = true, dist, j
+				cl.popped = cl.popped[:0]
+				if len(k.on) == 0 {
+					k.settled++
+				}
+				k.on = append(k.on, cid[j])
 				continue
 			}
-			j, dist = cj, dj
+			cs[j].scanned = ep
+			s.ready = append(s.ready, j)
+			next = colSol[j]
+			h = s.rowCost[next] - cs[j].v - dist
+		}
+		if next < 0 {
 			break
 		}
-		if j < 0 || dist >= bound-s.eps {
-			break
-		}
-		cs[j].scanned = ep
-		s.ready = append(s.ready, j)
-		i = colSol[j]
-		h = s.rowCost[i] - cs[j].v - dist
+		i = next
 	}
 	if end < 0 {
+		s.clustersOff()
 		return fmt.Errorf("%w: row %d has no augmenting path", ErrInfeasible, f)
+	}
+	// Where the path crosses a cluster, it needs a way through it.
+	for j := end; ; {
+		i := pred[j]
+		if i == f {
+			break
+		}
+		j = s.rowSol[i]
+		if !k.has(j) {
+			continue
+		}
+		c := cid[j]
+		cl := &list[c]
+		if !s.clusterPath(cl.entry, j) {
+			// The labels stand (prices are not touched yet), but not the path: drop
+			// the cluster and search again. The other clusters' popped boundary
+			// columns get their entries back.
+			k.noPath++
+			s.dissolveCluster(c)
+			s.refreshBoundary()
+			s.clustersOff()
+			return s.augment(f)
+		}
+		j = cl.entry
 	}
 	min := bound
 	for _, j := range s.ready {
 		cs[j].v += cs[j].d - min
 	}
+	for _, c := range k.on {
+		list[c].kv += list[c].d - min
+	}
+	s.pathRows = s.pathRows[:0]
 	for j := end; ; {
 		i := pred[j]
 		colSol[j] = i
 		next := s.rowSol[i]
 		s.rowSol[i] = j
 		s.rowCost[i] = predCost[j]
+		s.pathRows = append(s.pathRows, i)
 		if i == f {
 			break
 		}
 		j = next
 	}
+	if len(k.on) > 0 {
+		// The path moved rows into, out of and between clusters.
+		for _, r := range s.pathRows {
+			s.leaveRow(r)
+		}
+		for _, r := range s.pathRows {
+			s.enterRow(r)
+		}
+		s.refreshBoundary()
+	}
+	s.clustersOff()
+	s.formClusters()
 	return nil
+}
+
+// clustersOff ends the search's hold on the clusters it settled.
+func (s *Sparse) clustersOff() {
+	for _, c := range s.k.on {
+		s.k.list[c].on = false
+	}
+	s.k.on = s.k.on[:0]
+}
+
+func (s *Sparse) clusterMin() int {
+	switch {
+	case s.clusterAt > 0:
+		return s.clusterAt
+	case s.clusterAt < 0:
+		return math.MaxInt
+	}
+	return clusterMin
 }
 
 // lowerFreePrices gives every free GPU column that a warm start left priced the least

@@ -527,3 +527,86 @@ func TestSparseColdPricesAreLeast(t *testing.T) {
 		}
 	}
 }
+
+// TestSparseClustersKeepTheOptimum: warm re-solves of replica-shaped problems with few
+// distinct weights (large plateaus of equal reduced cost), with clusters made from
+// plateaus of 4 to 16 columns already, so that searches settle clusters (several at
+// once), relax their boundaries, find ways through them and sometimes none: every
+// answer is the optimum and the prices (each column's own, the clusters dissolved)
+// certify it. (A search that found no way through one cluster once forgot the boundary
+// columns it had taken from the others' heaps; this failed then.)
+func TestSparseClustersKeepTheOptimum(t *testing.T) {
+	r := rand.New(rand.NewPCG(71, 72))
+	var s Sparse
+	var d Dense
+	for trial := 0; trial < 40; trial++ {
+		s.clusterAt = []int{8, 4, 16}[trial%3]
+		rows, cols := 150+r.IntN(100), 150+r.IntN(100)
+		kinds, groups := 2+r.IntN(3), 2+r.IntN(3)
+		base, kind, group := replicaShape(r, rows, cols, kinds, groups, 0.5, 4)
+		w := replicaWeights(r, rows, cols, 12, base, groups, kind, group)
+		prev, err := s.MaxWeightMatching(denseToCandidates(w, rows, cols), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := 0; round < 6; round++ {
+			// A tenth of the rows are replaced and a tenth of the columns change
+			// group (their holders' weights with them).
+			hint := make([]int32, rows)
+			for i, c := range prev.RowCol {
+				hint[i] = int32(c)
+			}
+			for range rows / 10 {
+				i := r.IntN(rows)
+				kind[i], hint[i] = r.IntN(kinds), -1
+				row := replicaWeights(r, 1, cols, 12, base, groups, kind[i:i+1], group)
+				copy(w[i*cols:(i+1)*cols], row)
+			}
+			for range cols / 10 {
+				j := r.IntN(cols)
+				group[j] = r.IntN(groups)
+				for i := 0; i < rows; i++ {
+					if !math.IsInf(w[i*cols+j], -1) {
+						w[i*cols+j] = base[kind[i]*groups+group[j]]
+					}
+				}
+			}
+			g := denseToCandidates(w, rows, cols)
+			got, err := s.MaxWeightMatching(g, &Prices{Col: prev.Prices.Col, RowCol: hint})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkMatching(t, g, got)
+			want, err := d.MaxWeightMatching(w, rows, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(got.Total-want.Total) > 1e-9*math.Max(1, want.Total) {
+				t.Fatalf("trial %d round %d: warm %.12f, dense %.12f", trial, round, got.Total, want.Total)
+			}
+			prev = got
+		}
+	}
+	t.Logf("clusters made %d, searches that settled one %d, found no way through %d", s.k.made, s.k.settled, s.k.noPath)
+	if s.k.made == 0 || s.k.settled == 0 || s.k.noPath == 0 {
+		t.Errorf("clusters made %d, settled %d, no way through %d: the test proves little", s.k.made, s.k.settled, s.k.noPath)
+	}
+}
+
+// TestStrongComponents: Tarjan's labels on a small graph with known parts: a cycle of
+// three with a tail into a cycle of two, and a lone node with a self-arc.
+func TestStrongComponents(t *testing.T) {
+	var s Sparse
+	// 0->1->2->0, 2->3, 3->4->3, 5->5
+	adj := [][]int32{{1}, {2}, {0, 3}, {4}, {3}, {5}}
+	s.k.adjStart = []int32{0}
+	for _, a := range adj {
+		s.k.adj = append(s.k.adj, a...)
+		s.k.adjStart = append(s.k.adjStart, int32(len(s.k.adj)))
+	}
+	s.strongComponents(len(adj))
+	c := s.k.comp
+	if c[0] != c[1] || c[1] != c[2] || c[3] != c[4] || c[0] == c[3] || c[5] == c[0] || c[5] == c[3] {
+		t.Fatalf("components %v", c[:len(adj)])
+	}
+}
