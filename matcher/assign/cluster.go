@@ -69,9 +69,18 @@ type clusters struct {
 	stack, call, callPos []int32
 	onStack              []bool
 	// made counts the clusters made, settled the searches that settled one, noPath
-	// those that found no way through one (tests).
-	made, settled, noPath int
+	// those that found no way through one (tests); failed counts the latter in this
+	// solve.
+	made, settled, noPath, failed int
+	// noWay makes clusterPath find no way (tests).
+	noWay bool
 }
+
+// maxFailed is the number of searches in a solve that may find no way through a
+// cluster before no more are made: each costs a search again and the next cluster's
+// making, and a market whose plateaus are not held together by their ties would pay
+// that for every search.
+const maxFailed = 4
 
 // cluster is one cluster: its members, and its boundary: for each column y outside,
 // the member's row with the cheapest edge to y (brow, bcost) and that edge's c - u of
@@ -120,6 +129,7 @@ func (s *Sparse) resetClusters(n, rows int) {
 	k := &s.k
 	k.member = grow(k.member, (n+63)/64)
 	clear(k.member)
+	k.failed = 0
 	k.cid = grow(k.cid, n)
 	for c := range k.list {
 		k.list[c].alive = false
@@ -336,7 +346,7 @@ func (s *Sparse) formClusters() {
 	// Making a cluster costs about two searches through it; it pays only if a few
 	// more searches are to come, and only a plateau with many ways of zero length
 	// between its columns holds a large strongly connected part.
-	if s.left < 3 || len(s.ready) < s.clusterMin() || s.ties < s.clusterMin() {
+	if s.left < 3 || len(s.ready) < s.clusterMin() || s.ties < s.clusterMin() || s.k.failed >= maxFailed {
 		return
 	}
 	cs := s.cs
@@ -511,10 +521,13 @@ func (s *Sparse) strongComponents(n int) {
 // rows' edges and backward over the lists of edges in, each step on the side with the
 // shorter queue, and the two meet after a few hundred columns.
 func (s *Sparse) clusterPath(a, b int32) bool {
+	k := &s.k
+	if k.noWay {
+		return false
+	}
 	if a == b {
 		return true
 	}
-	k := &s.k
 	c := k.cid[a]
 	st := k.mark()
 	cs, colSol, rowSol, start, col, cost := s.cs, s.colSol, s.rowSol, s.start, s.col, s.cost

@@ -732,6 +732,7 @@ func (s *Sparse) augment(f int32) error {
 			// the cluster and search again. The other clusters' popped boundary
 			// columns get their entries back.
 			k.noPath++
+			k.failed++
 			s.dissolveCluster(c)
 			s.refreshBoundary()
 			s.clustersOff()

@@ -539,8 +539,11 @@ func TestSparseClustersKeepTheOptimum(t *testing.T) {
 	r := rand.New(rand.NewPCG(71, 72))
 	var s Sparse
 	var d Dense
-	for trial := 0; trial < 40; trial++ {
-		s.clusterAt = []int{8, 4, 16}[trial%3]
+	for trial := 0; trial < 48; trial++ {
+		s.clusterAt = []int{8, 4, 16, 2}[trial%4]
+		// A sixth of the trials find no way through any cluster: each such search
+		// starts again without it.
+		s.k.noWay = trial%6 == 5
 		rows, cols := 150+r.IntN(100), 150+r.IntN(100)
 		kinds, groups := 2+r.IntN(3), 2+r.IntN(3)
 		base, kind, group := replicaShape(r, rows, cols, kinds, groups, 0.5, 4)
