@@ -19,6 +19,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/muxflow/muxflow/gpusim/sim"
 	"github.com/muxflow/muxflow/gpusim/simclient"
 	"github.com/muxflow/muxflow/gpusim/simd"
 )
@@ -66,7 +67,7 @@ func (l *Lib) stats() ([]simclient.DeviceStats, nvml.Return) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	qs := []simd.Request{{Op: "stats"}}
+	qs := []simd.Request{{Op: "stats", Packed: true}}
 	withXids := len(l.sets) > 0 && !l.noAllXids
 	if withXids {
 		qs = append(qs, simd.Request{Op: "xids", Device: -1, After: l.xidSeq})
@@ -75,7 +76,13 @@ func (l *Lib) stats() ([]simclient.DeviceStats, nvml.Return) {
 	if err != nil || rs[0].Error != "" {
 		return nil, nvml.ERROR_UNKNOWN
 	}
-	l.cache, l.cachedAt = rs[0].Devices, time.Now()
+	devs := rs[0].Devices // an older gpusimd ignores "packed"
+	if rs[0].Packed != nil {
+		if devs, err = sim.DecodeStats(rs[0].Packed); err != nil {
+			return nil, nvml.ERROR_UNKNOWN
+		}
+	}
+	l.cache, l.cachedAt = devs, time.Now()
 	if withXids {
 		if rs[1].Error != "" {
 			l.noAllXids = true // an older gpusimd: the sets poll per device

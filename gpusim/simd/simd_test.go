@@ -293,6 +293,16 @@ func TestPeerCredentialIsTheIdentity(t *testing.T) {
 	if diff := cmp.Diff([]int{os.Getpid()}, pids); diff != "" {
 		t.Errorf("processes in the stats (-want +got):\n%s", diff)
 	}
+	// The packed answer carries the same devices (what a sampler asks for).
+	packed := jsonCall(t, sock, `{"op":"stats","packed":true}`)
+	devs, err := sim.DecodeStats(packed.Packed)
+	if err != nil || packed.Devices != nil {
+		t.Fatalf("packed stats: %v (devices also in JSON: %d)", err, len(packed.Devices))
+	}
+	if len(devs) != len(st.Devices) || devs[0].UUID != st.Devices[0].UUID || len(devs[0].Processes) != 1 ||
+		devs[0].Processes[0].PID != os.Getpid() || devs[0].MemTotal != st.Devices[0].MemTotal {
+		t.Errorf("packed stats %+v, JSON %+v", devs, st.Devices)
+	}
 
 	// An MPS server registers itself: under its connection's pid, whatever it claims.
 	reg, err := net.Dial("unix", sock)
