@@ -1,17 +1,17 @@
 package mps
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/muxflow/muxflow/muxd/procfs"
 )
 
 // Defaults are applied to the control daemon every time it (re)starts.
@@ -250,23 +250,8 @@ func (s *Supervisor) watch(ctx context.Context, exited chan error, pid int, peri
 // processLooksAlive reads the state of pid in /proc: false when it is gone, a zombie,
 // dead, or stopped (by a signal or a tracer) — each a reason to probe at once.
 func processLooksAlive(pid int) bool {
-	var buf [512]byte
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	n, _ := f.Read(buf[:])
-	f.Close()
-	b := buf[:n]
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	switch b[i+2] {
-	case 'Z', 'X', 'x', 'T', 't':
-		return false
-	}
-	return true
+	st, err := procfs.Read(pid)
+	return err == nil && st.State != 'T' && st.State != 't'
 }
 
 func (s *Supervisor) applyDefaults(ctx context.Context) {

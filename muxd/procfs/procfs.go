@@ -4,11 +4,12 @@
 package procfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"os"
+	"math"
 	"strconv"
-	"strings"
+	"syscall"
 )
 
 // ErrGone is returned for a process that does not exist or has exited (a zombie: only
@@ -33,37 +34,83 @@ const PFKthread = 0x00200000
 // KernelThread reports whether the process is a kernel thread.
 func (s Stat) KernelThread() bool { return s.Flags&PFKthread != 0 }
 
-// Read parses /proc/PID/stat. A missing or exited process gives ErrGone.
+// Read reads /proc/PID/stat. A process that does not exist or is a zombie is ErrGone.
+// muxd reads every registered container's stat every few seconds (and the MPS control
+// daemon's twice a second), so this takes three plain system calls (os.ReadFile would
+// also register the file with the poller and back) into a buffer on the stack.
 func Read(pid int) (Stat, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	var buf [2048]byte
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return Stat{}, fmt.Errorf("process %d: %w", pid, ErrGone)
 	}
-	return parse(pid, string(data))
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return Stat{}, fmt.Errorf("process %d: %w", pid, ErrGone)
+	}
+	return parse(pid, buf[:n])
 }
 
-func parse(pid int, s string) (Stat, error) {
+func parse(pid int, s []byte) (Stat, error) {
 	// The command name (field 2) is in parentheses and may hold spaces or ')'.
-	i := strings.LastIndexByte(s, ')')
+	i := bytes.LastIndexByte(s, ')')
 	if i < 0 {
 		return Stat{}, fmt.Errorf("process %d: malformed stat", pid)
 	}
-	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
-	if len(f) < 20 || len(f[0]) != 1 {
+	// Fields from 3 (state) on, by number: 3 state, 4 ppid, 9 flags, 22 start time.
+	var state []byte
+	var ppid, flags, ticks uint64
+	var bad bool
+	field, rest := 2, s[i+1:]
+	for field < 22 {
+		rest = bytes.TrimLeft(rest, " \n")
+		if len(rest) == 0 {
+			break
+		}
+		j := bytes.IndexAny(rest, " \n")
+		if j < 0 {
+			j = len(rest)
+		}
+		f := rest[:j]
+		rest = rest[j:]
+		field++
+		switch field {
+		case 3:
+			state = f
+		case 4:
+			ppid, bad = parseUint(f, bad)
+		case 9:
+			flags, bad = parseUint(f, bad)
+		case 22:
+			ticks, bad = parseUint(f, bad)
+		}
+	}
+	if field < 22 || len(state) != 1 {
 		return Stat{}, fmt.Errorf("process %d: malformed stat", pid)
 	}
-	st := Stat{State: f[0][0]}
-	if st.State == 'Z' || st.State == 'X' {
+	if state[0] == 'Z' || state[0] == 'X' || state[0] == 'x' {
 		return Stat{}, fmt.Errorf("process %d: %w", pid, ErrGone)
 	}
-	ppid, err1 := strconv.Atoi(f[1])
-	ticks, err2 := strconv.ParseUint(f[19], 10, 64)
-	flags, err3 := strconv.ParseUint(f[6], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return Stat{}, fmt.Errorf("process %d: malformed stat: %w", pid, err)
+	if bad || ppid > math.MaxInt32 {
+		return Stat{}, fmt.Errorf("process %d: malformed stat: a number field is not a number", pid)
 	}
-	st.PPID, st.StartTicks, st.Flags = ppid, ticks, flags
-	return st, nil
+	return Stat{State: state[0], PPID: int(ppid), StartTicks: ticks, Flags: flags}, nil
+}
+
+// parseUint parses a decimal field; bad stays set once a field failed.
+func parseUint(f []byte, bad bool) (uint64, bool) {
+	var v uint64
+	if len(f) == 0 || len(f) > 20 {
+		return 0, true
+	}
+	for _, c := range f {
+		if c < '0' || c > '9' || v > (math.MaxUint64-9)/10 {
+			return 0, true
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, bad
 }
 
 // Alive reports whether pid exists and has not exited.

@@ -34,12 +34,15 @@ func TestZombieIsGone(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	line := "42 (a b) c)) S 7 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 10"
-	st, err := parse(42, line)
+	st, err := parse(42, []byte(line))
 	if err != nil || st.State != 'S' || st.PPID != 7 || st.StartTicks != 12345 || st.Flags != 4194560 || st.KernelThread() {
 		t.Errorf("parse: %+v %v", st, err)
 	}
-	for _, bad := range []string{"", "42 no-paren", "42 (x) S 7", "42 (x) S x 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 1 1 1"} {
-		if _, err := parse(42, bad); err == nil {
+	for _, bad := range []string{"", "42 no-paren", "42 (x) S 7", "42 (x) S x 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 1 1 1",
+		"42 (x) S 7 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 99999999999999999999999 1 1", // start time overflows
+		"42 (x) S -7 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 1 1 1",                      // negative parent
+		"42 (x) SS 7 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 1 1 1"} {
+		if _, err := parse(42, []byte(bad)); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
 		}
 	}
