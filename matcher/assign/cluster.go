@@ -76,6 +76,8 @@ type clusters struct {
 	made, settled, noPath, failed int
 	// noWay makes clusterPath find no way (tests).
 	noWay bool
+	// enabled: this solve makes clusters.
+	enabled bool
 }
 
 // maxFailed is the number of searches in a solve that may find no way through a
@@ -185,6 +187,12 @@ func (s *Sparse) dissolveClusters() {
 			s.dissolveCluster(int32(c))
 		}
 	}
+	s.clearLists()
+}
+
+// clearLists empties the lists of edges in (no cluster is alive to read them).
+func (s *Sparse) clearLists() {
+	k := &s.k
 	for _, e := range k.in {
 		k.inOf[e.row] = -1
 	}
@@ -348,7 +356,7 @@ func (s *Sparse) formClusters() {
 	// Making a cluster costs about two searches through it; it pays only if a few
 	// more searches are to come, and only a plateau with many ways of zero length
 	// between its columns holds a large strongly connected part.
-	if s.left < 3 || len(s.ready) < s.clusterMin() || s.ties < s.clusterMin() || s.k.failed >= maxFailed {
+	if !k.enabled || s.left < 3 || len(s.ready) < s.clusterMin() || s.ties < s.clusterMin() || k.failed >= maxFailed {
 		return
 	}
 	cs := s.cs
@@ -410,12 +418,17 @@ func (s *Sparse) formFrom(p []int32) {
 		if sz < s.clusterMin() {
 			continue
 		}
-		id := -1
+		id, alive := -1, false
 		for q := range k.list {
-			if !k.list[q].alive {
+			if !k.list[q].alive && id < 0 {
 				id = q
-				break
 			}
+			alive = alive || k.list[q].alive
+		}
+		if !alive {
+			// What the lists hold belongs to clusters dropped: start them over
+			// rather than let them grow with every cluster made.
+			s.clearLists()
 		}
 		if id < 0 {
 			if len(k.list) >= maxClusters {

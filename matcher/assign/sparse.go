@@ -240,6 +240,10 @@ func (s *Sparse) solve(g *Candidates, warm *Prices) (Matching, error) {
 	scanned := s.scanned
 	m := Matching{RowCol: make([]int, R)}
 	s.resetClusters(n, R)
+	// Clusters pay in the last searches of a warm start from an earlier solve's
+	// pairs; a cold solve's many wide searches made and dropped them often enough to
+	// run 18 % slower for 22 % fewer edges (20k x 20k).
+	s.k.enabled = warm != nil && warm.RowCol != nil
 	for rounds := 0; ; rounds++ {
 		for k, i := range s.free {
 			s.left = len(s.free) - k - 1
