@@ -430,6 +430,11 @@ func (s *Sparse) formFrom(p []int32) {
 			// rather than let them grow with every cluster made.
 			s.clearLists()
 		}
+		if cap(k.in) < len(s.col)/2 {
+			// A cluster's rows list about half the edges: grown by appends, the
+			// lists were copied over and over (a third of a warm round's time).
+			k.in = make([]inEdge, 0, len(s.col))
+		}
 		if id < 0 {
 			if len(k.list) >= maxClusters {
 				return
