@@ -148,6 +148,13 @@ func (s *Sparse) resetClusters(n, rows int) {
 		k.head[j] = -1
 	}
 	k.in = k.in[:0]
+	if cap(k.in) < len(s.col)/2 {
+		// A cluster's rows list about half the edges. Grown by appends in the round
+		// that first made clusters, the lists were copied over and over (a third of
+		// that round's time); made here, at a solver's first solve, they are reused
+		// by every later one, as the other buffers are.
+		k.in = make([]inEdge, 0, len(s.col))
+	}
 	k.inOf = grow(k.inOf, rows)
 	for i := range k.inOf {
 		k.inOf[i] = -1
@@ -430,11 +437,7 @@ func (s *Sparse) formFrom(p []int32) {
 			// rather than let them grow with every cluster made.
 			s.clearLists()
 		}
-		if cap(k.in) < len(s.col)/2 {
-			// A cluster's rows list about half the edges: grown by appends, the
-			// lists were copied over and over (a third of a warm round's time).
-			k.in = make([]inEdge, 0, len(s.col))
-		}
+
 		if id < 0 {
 			if len(k.list) >= maxClusters {
 				return
