@@ -1,6 +1,7 @@
 package procwatch
 
 import (
+	"fmt"
 	"os/exec"
 	"testing"
 	"time"
@@ -110,6 +111,73 @@ func TestBadInput(t *testing.T) {
 	}
 	w.Close()
 	if err := w.Watch("c1", 1); err == nil {
+		t.Error("Watch after Close accepted it")
+	}
+}
+
+// More exits than one read of the epoll instance returns, all at once.
+func TestManyExitsAreEachReportedOnce(t *testing.T) {
+	const n = 100
+	ch := make(chan exit, 2*n)
+	w := New(func(key string, pid int) { ch <- exit{key, pid} })
+	t.Cleanup(w.Close)
+	want := map[exit]bool{}
+	var cmds []*exec.Cmd
+	for i := range n {
+		cmd := sleeper(t)
+		key := fmt.Sprintf("c%d", i)
+		if err := w.Watch(key, cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		want[exit{key, cmd.Process.Pid}] = true
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		cmd.Process.Kill()
+	}
+	for range n {
+		select {
+		case got := <-ch:
+			if !want[got] {
+				t.Fatalf("unexpected or repeated report %+v", got)
+			}
+			delete(want, got)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d exits not reported: %v", len(want), want)
+		}
+	}
+	expectNothing(t, ch)
+	if w.Len() != 0 {
+		t.Errorf("%d watches left", w.Len())
+	}
+}
+
+// Close while exits are being handled returns (it must not wait on the reader while
+// holding what the reader needs), and leaves no watch.
+func TestCloseDuringExits(t *testing.T) {
+	w := New(func(string, int) {})
+	var cmds []*exec.Cmd
+	for i := range 30 {
+		cmd := sleeper(t)
+		if err := w.Watch(fmt.Sprintf("c%d", i), cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		cmd.Process.Kill()
+	}
+	done := make(chan struct{})
+	go func() { w.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if w.Len() != 0 {
+		t.Errorf("%d watches left after Close", w.Len())
+	}
+	if err := w.Watch("late", cmds[0].Process.Pid); err == nil {
 		t.Error("Watch after Close accepted it")
 	}
 }
