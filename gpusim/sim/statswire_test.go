@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -43,6 +44,17 @@ func TestStatsWireRoundTrip(t *testing.T) {
 	}
 	if devs, err := DecodeStats(AppendStats(nil, nil)); err != nil || len(devs) != 0 {
 		t.Errorf("no devices: %v %v", devs, err)
+	}
+}
+
+// The packed form names every field of DeviceStats and ProcessStats: a field added to
+// either must be added to AppendStats and DecodeStats too (and this count).
+func TestStatsWireCoversEveryField(t *testing.T) {
+	if n := reflect.TypeFor[DeviceStats]().NumField(); n != 26 {
+		t.Errorf("DeviceStats has %d fields, the packed form 26: add the new ones to statswire.go", n)
+	}
+	if n := reflect.TypeFor[ProcessStats]().NumField(); n != 10 {
+		t.Errorf("ProcessStats has %d fields, the packed form 10: add the new ones to statswire.go", n)
 	}
 }
 
