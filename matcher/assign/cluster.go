@@ -76,8 +76,9 @@ type clusters struct {
 	made, settled, noPath, failed int
 	// noWay makes clusterPath find no way (tests).
 	noWay bool
-	// enabled: this solve makes clusters.
+	// enabled: this solve makes clusters; alive: how many there are.
 	enabled bool
+	alive   int
 }
 
 // maxFailed is the number of searches in a solve that may find no way through a
@@ -138,6 +139,7 @@ func (s *Sparse) resetClusters(n, rows int) {
 	for c := range k.list {
 		k.list[c].alive = false
 	}
+	k.alive = 0
 	k.on = k.on[:0]
 	k.rowIn = grow(k.rowIn, rows)
 	for i := range k.rowIn {
@@ -182,6 +184,7 @@ func (s *Sparse) dissolveCluster(c int32) {
 	// The lists under columns outside keep this cluster's rows' edges: they are
 	// skipped by rowIn, and emptied with the last cluster.
 	cl.alive, cl.on, cl.kv = false, false, 0
+	k.alive--
 	cl.cols, cl.heap, cl.popped = cl.cols[:0], cl.heap[:0], cl.popped[:0]
 }
 
@@ -449,6 +452,7 @@ func (s *Sparse) formFrom(p []int32) {
 		k.made++
 		k.gen++
 		cl.alive, cl.kv, cl.gen = true, 0, k.gen
+		k.alive++
 		n := len(s.colSol)
 		cl.bval, cl.bkey = grow(cl.bval, n), grow(cl.bkey, n)
 		cl.brow, cl.bcost = grow(cl.brow, n), grow(cl.bcost, n)
