@@ -125,6 +125,11 @@ const (
 	clusterMin = 2048
 	// maxClusters bounds the clusters kept at once (each has arrays by column).
 	maxClusters = 4
+	// minLeft is the number of searches that must be left for a cluster to be made:
+	// making one costs about two searches through it, and one made 3 searches from
+	// the end of BenchmarkReplan's round saved fewer edges than it cost and took
+	// 17-30 % more time.
+	minLeft = 6
 )
 
 func (k *clusters) has(j int32) bool { return k.member[j>>6]&(1<<(j&63)) != 0 }
@@ -363,10 +368,10 @@ func (s *Sparse) refreshBoundary() {
 // clusterMin columns.
 func (s *Sparse) formClusters() {
 	k := &s.k
-	// Making a cluster costs about two searches through it; it pays only if a few
-	// more searches are to come, and only a plateau with many ways of zero length
-	// between its columns holds a large strongly connected part.
-	if !k.enabled || s.left < 3 || len(s.ready) < s.clusterMin() || s.ties < s.clusterMin() || k.failed >= maxFailed {
+	// A cluster pays only if a few more searches are to come (minLeft), and only a
+	// plateau with many ways of zero length between its columns holds a large
+	// strongly connected part.
+	if !k.enabled || s.left < minLeft || len(s.ready) < s.clusterMin() || s.ties < s.clusterMin() || k.failed >= maxFailed {
 		return
 	}
 	cs := s.cs
