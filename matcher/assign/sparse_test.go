@@ -2,6 +2,7 @@ package assign
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -416,19 +417,7 @@ func TestSparseWarmChainOnPlateaus(t *testing.T) {
 			}
 		}
 		w = weights()
-		g := denseToCandidates(w, rows, cols)
-		got, err := s.MaxWeightMatching(g, &Prices{Col: prev.Prices.Col, RowCol: hint})
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkMatching(t, g, got)
-		want, err := d.MaxWeightMatching(w, rows, cols)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if math.Abs(got.Total-want.Total) > 1e-9*math.Max(1, want.Total) {
-			t.Fatalf("round %d: warm %.12f, dense %.12f", round, got.Total, want.Total)
-		}
+		got := warmAgainstDense(t, &s, &d, w, rows, cols, prev, hint, fmt.Sprintf("round %d", round))
 		if round%10 == 9 && (got.Augmentations != 0 || got.Scanned != 0) {
 			t.Fatalf("round %d: unchanged problem made %d searches over %d edges", round, got.Augmentations, got.Scanned)
 		}
@@ -574,19 +563,7 @@ func TestSparseClustersKeepTheOptimum(t *testing.T) {
 					}
 				}
 			}
-			g := denseToCandidates(w, rows, cols)
-			got, err := s.MaxWeightMatching(g, &Prices{Col: prev.Prices.Col, RowCol: hint})
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkMatching(t, g, got)
-			want, err := d.MaxWeightMatching(w, rows, cols)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if math.Abs(got.Total-want.Total) > 1e-9*math.Max(1, want.Total) {
-				t.Fatalf("trial %d round %d: warm %.12f, dense %.12f", trial, round, got.Total, want.Total)
-			}
+			got := warmAgainstDense(t, &s, &d, w, rows, cols, prev, hint, fmt.Sprintf("trial %d round %d", trial, round))
 			prev = got
 		}
 	}
@@ -612,4 +589,24 @@ func TestStrongComponents(t *testing.T) {
 	if c[0] != c[1] || c[1] != c[2] || c[3] != c[4] || c[0] == c[3] || c[5] == c[0] || c[5] == c[3] {
 		t.Fatalf("components %v", c[:len(adj)])
 	}
+}
+
+// warmAgainstDense solves w warm from prev's prices and the pairs in hint, checks the
+// answer is a matching, and that its total is the dense solver's optimum.
+func warmAgainstDense(t *testing.T, s *Sparse, d *Dense, w []float64, rows, cols int, prev Matching, hint []int32, what string) Matching {
+	t.Helper()
+	g := denseToCandidates(w, rows, cols)
+	got, err := s.MaxWeightMatching(g, &Prices{Col: prev.Prices.Col, RowCol: hint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMatching(t, g, got)
+	want, err := d.MaxWeightMatching(w, rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(got.Total-want.Total) > 1e-9*math.Max(1, want.Total) {
+		t.Fatalf("%s: warm %.12f, dense %.12f", what, got.Total, want.Total)
+	}
+	return got
 }
