@@ -2,8 +2,8 @@
 // held by a pidfd, which the kernel makes readable when the process terminates. Every
 // pidfd sits in one epoll instance of the watcher's, and Go's poller waits on that
 // instance, so the watches cost no polling, no thread and no goroutine each: a goroutine
-// per watch (the first design) kept 1,000 parked stacks, about 8 MiB, at 1,000
-// containers, and had the garbage collector scan each of them every cycle. This is how
+// per watch (the first design) kept 1,000 parked stacks at 1,000 containers (3.5 MiB of
+// muxd's RSS) and had the garbage collector scan each of them every cycle. This is how
 // muxd unregisters a GPU container when it stops, without a poststop hook on the
 // container's creation path and even when the runtime never runs one (a killed shim, a
 // crashed runc).
