@@ -225,10 +225,7 @@ func TestSparseWarmKeepsEarlierColumns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		warm := Prices{Col: cold.Prices.Col, RowCol: make([]int32, rows)}
-		for i, c := range cold.RowCol {
-			warm.RowCol[i] = int32(c)
-		}
+		warm := Prices{Col: cold.Prices.Col, RowCol: pairsOf(cold)}
 		again, err := s.MaxWeightMatching(g, &warm)
 		if err != nil {
 			t.Fatal(err)
@@ -399,10 +396,7 @@ func TestSparseWarmChainOnPlateaus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := 0; round < 60; round++ {
-		hint := make([]int32, rows)
-		for i, c := range prev.RowCol {
-			hint[i] = int32(c)
-		}
+		hint := pairsOf(prev)
 		if round%10 != 9 {
 			for range 3 {
 				i := r.IntN(rows)
@@ -544,10 +538,7 @@ func TestSparseClustersKeepTheOptimum(t *testing.T) {
 		for round := 0; round < 6; round++ {
 			// A tenth of the rows are replaced and a tenth of the columns change
 			// group (their holders' weights with them).
-			hint := make([]int32, rows)
-			for i, c := range prev.RowCol {
-				hint[i] = int32(c)
-			}
+			hint := pairsOf(prev)
 			for range rows / 10 {
 				i := r.IntN(rows)
 				kind[i], hint[i] = r.IntN(kinds), -1
@@ -609,4 +600,13 @@ func warmAgainstDense(t *testing.T, s *Sparse, d *Dense, w []float64, rows, cols
 		t.Fatalf("%s: warm %.12f, dense %.12f", what, got.Total, want.Total)
 	}
 	return got
+}
+
+// pairsOf is m's row-to-column pairs as a warm start's hint (RowCol).
+func pairsOf(m Matching) []int32 {
+	hint := make([]int32, len(m.RowCol))
+	for i, c := range m.RowCol {
+		hint[i] = int32(c)
+	}
+	return hint
 }
