@@ -483,6 +483,17 @@ func (s *Sparse) formFrom(p []int32) {
 	}
 }
 
+// visit is Tarjan's first visit of node v, numbered *next: it goes on the component
+// stack and on the call stack, its edges to be walked from the first.
+func (k *clusters) visit(v int32, next *int32) {
+	k.index[v], k.low[v] = *next, *next
+	*next++
+	k.stack = append(k.stack, v)
+	k.onStack[v] = true
+	k.call = append(k.call, v)
+	k.callPos = append(k.callPos, k.adjStart[v])
+}
+
 // strongComponents labels the n nodes of k.adjStart/k.adj with their strongly connected
 // component (Tarjan's algorithm, without recursion) in k.comp, and returns how many
 // there are.
@@ -500,12 +511,7 @@ func (s *Sparse) strongComponents(n int) int {
 		if k.index[root] >= 0 {
 			continue
 		}
-		k.index[root], k.low[root] = next, next
-		next++
-		k.stack = append(k.stack, root)
-		k.onStack[root] = true
-		k.call = append(k.call, root)
-		k.callPos = append(k.callPos, k.adjStart[root])
+		k.visit(root, &next)
 		for len(k.call) > 0 {
 			t := len(k.call) - 1
 			v := k.call[t]
@@ -514,12 +520,7 @@ func (s *Sparse) strongComponents(n int) int {
 				w := k.adj[pos]
 				switch {
 				case k.index[w] < 0:
-					k.index[w], k.low[w] = next, next
-					next++
-					k.stack = append(k.stack, w)
-					k.onStack[w] = true
-					k.call = append(k.call, w)
-					k.callPos = append(k.callPos, k.adjStart[w])
+					k.visit(w, &next)
 				case k.onStack[w]:
 					k.low[v] = min(k.low[v], k.index[w])
 				}
