@@ -103,10 +103,11 @@ func ParseUsage(buf []byte, now time.Time) (Usage, error) {
 // per-process slices of what is in use: the reasons are only formatted for values that
 // are out of range.
 func parseRaw(r *rawUsage, n int, procs bool, now time.Time) (Usage, error) {
-	if want := usageTotalsSize; n < UsageSize && (procs || n < want) {
-		if procs {
-			want = UsageSize
-		}
+	want := UsageSize
+	if !procs {
+		want = usageTotalsSize
+	}
+	if n < want {
 		return Usage{}, &CorruptError{Header: true, Reasons: []string{
 			fmt.Sprintf("usage file has %d bytes, want %d (truncated?)", n, want)}}
 	}
