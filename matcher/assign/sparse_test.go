@@ -338,21 +338,9 @@ func TestSparseWarmLowersStalePrices(t *testing.T) {
 					warm.Col[j] += 0.25
 				}
 			}
-			g2 := denseToCandidates(w2, rows, cols)
 			s.lowered = 0
-			got, err := s.MaxWeightMatching(g2, &warm)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := warmAgainstDense(t, &s, &d, w2, rows, cols, &warm, fmt.Sprintf("trial %d round %d", trial, round))
 			lowered += s.lowered
-			checkMatching(t, g2, got)
-			want, err := d.MaxWeightMatching(w2, rows, cols)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if math.Abs(got.Total-want.Total) > 1e-9*math.Max(1, want.Total) {
-				t.Fatalf("trial %d round %d: warm %.12f, dense %.12f", trial, round, got.Total, want.Total)
-			}
 			w, prev = w2, got
 		}
 	}
@@ -411,7 +399,7 @@ func TestSparseWarmChainOnPlateaus(t *testing.T) {
 			}
 		}
 		w = weights()
-		got := warmAgainstDense(t, &s, &d, w, rows, cols, prev, hint, fmt.Sprintf("round %d", round))
+		got := warmAgainstDense(t, &s, &d, w, rows, cols, &Prices{Col: prev.Prices.Col, RowCol: hint}, fmt.Sprintf("round %d", round))
 		if round%10 == 9 && (got.Augmentations != 0 || got.Scanned != 0) {
 			t.Fatalf("round %d: unchanged problem made %d searches over %d edges", round, got.Augmentations, got.Scanned)
 		}
@@ -554,7 +542,7 @@ func TestSparseClustersKeepTheOptimum(t *testing.T) {
 					}
 				}
 			}
-			got := warmAgainstDense(t, &s, &d, w, rows, cols, prev, hint, fmt.Sprintf("trial %d round %d", trial, round))
+			got := warmAgainstDense(t, &s, &d, w, rows, cols, &Prices{Col: prev.Prices.Col, RowCol: hint}, fmt.Sprintf("trial %d round %d", trial, round))
 			prev = got
 		}
 	}
@@ -582,12 +570,12 @@ func TestStrongComponents(t *testing.T) {
 	}
 }
 
-// warmAgainstDense solves w warm from prev's prices and the pairs in hint, checks the
-// answer is a matching, and that its total is the dense solver's optimum.
-func warmAgainstDense(t *testing.T, s *Sparse, d *Dense, w []float64, rows, cols int, prev Matching, hint []int32, what string) Matching {
+// warmAgainstDense solves w from the warm start, checks the answer is a matching, and
+// that its total is the dense solver's optimum.
+func warmAgainstDense(t *testing.T, s *Sparse, d *Dense, w []float64, rows, cols int, warm *Prices, what string) Matching {
 	t.Helper()
 	g := denseToCandidates(w, rows, cols)
-	got, err := s.MaxWeightMatching(g, &Prices{Col: prev.Prices.Col, RowCol: hint})
+	got, err := s.MaxWeightMatching(g, warm)
 	if err != nil {
 		t.Fatal(err)
 	}
