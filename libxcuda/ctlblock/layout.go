@@ -9,7 +9,7 @@ import "time"
 
 // Sizes and limits shared with the C header.
 const (
-	Version            = 5
+	Version            = 6
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -144,8 +144,10 @@ type rawUsage struct {
 }
 
 type rawSignalSlot struct {
-	OnlineNS uint64    `c:"online_ns"`
-	Reserved [7]uint64 `c:"reserved"`
+	OnlineNS  uint64    `c:"online_ns"`
+	IdleSeq   uint32    `c:"idle_seq"`
+	Followers uint32    `c:"followers"`
+	Reserved  [6]uint64 `c:"reserved"`
 }
 
 type rawSignal struct {

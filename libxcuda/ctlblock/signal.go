@@ -2,6 +2,7 @@ package ctlblock
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,11 +13,12 @@ import (
 
 // SignalPage is the node's GPU signal page (xcuda_signal in xcuda_ctl.h): one 64-byte
 // slot per GPU, indexed by NVML index. Online processes' libxcuda stores "online work
-// launched at T" (CLOCK_MONOTONIC ns) in their GPUs' slots and 0 when it is done;
-// offline processes' libxcuda holds launches, within their hold budget, while a slot is
-// recent. muxd creates the file (see SignalPagePath) and the runtime mounts it read-write
-// into online containers and read-only into offline ones (a read-only mount also keeps
-// them from truncating it). Every online container can write every slot, so nothing read
+// launched at T" (CLOCK_MONOTONIC ns) in their GPUs' slots and 0 when it is done, then
+// bumps the slot's idle sequence and wakes its futex; offline processes' libxcuda holds
+// launches, within their hold budget, while a slot is recent, asleep on that futex.
+// muxd creates the file (see SignalPagePath) and the runtime mounts it read-write into
+// online containers and read-only into offline ones (a read-only mount also keeps them
+// from truncating it). Every online container can write every slot, so nothing read
 // from the page is trusted: libxcuda bounds what it costs an offline container by the
 // hold budget in that container's own limits page.
 type SignalPage struct {
@@ -93,7 +95,9 @@ func (s *SignalPage) Online(i int) uint64 {
 	return atomic.LoadUint64(&s.sig.Slot[i].OnlineNS)
 }
 
-// SetOnline stores v in slot i (tests; muxd only clears slots).
+// SetOnline stores v in slot i (muxd stores only 0, for an online container that is
+// gone; tests store the rest). Storing 0 also wakes the offline processes holding for
+// the slot, as libxcuda's clear does.
 func (s *SignalPage) SetOnline(i int, v uint64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -104,31 +108,56 @@ func (s *SignalPage) SetOnline(i int, v uint64) error {
 		return fmt.Errorf("signal slot %d is outside 0..%d", i, SignalSlots-1)
 	}
 	atomic.StoreUint64(&s.sig.Slot[i].OnlineNS, v)
+	if v == 0 {
+		s.wakeIdle(i)
+	}
 	return nil
 }
 
-// ClearStale sets to 0 every slot whose value is not within maxAge of now (CLOCK_MONOTONIC
-// ns), e.g. left by an online process that was killed before it could clear it; a slot
-// an online process updates meanwhile is left alone. It returns the slots cleared.
-func (s *SignalPage) ClearStale(now, maxAge uint64) []int {
+// SetFollowers stores in each slot how many offline containers follow its GPU
+// (counts[i] for slot i; slots past the slice get 0). An online process wakes the
+// holders of a slot it clears only while its count is not 0.
+func (s *SignalPage) SetFollowers(counts []uint32) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.sig == nil {
-		return nil
+		return ErrClosed
 	}
-	var out []int
+	if len(counts) > SignalSlots {
+		return fmt.Errorf("%d follower counts for %d signal slots", len(counts), SignalSlots)
+	}
 	for i := range s.sig.Slot {
-		p := &s.sig.Slot[i].OnlineNS
-		v := atomic.LoadUint64(p)
-		if v == 0 || (v <= now && now-v < maxAge) || (v > now && v-now < maxAge) {
-			continue
+		var n uint32
+		if i < len(counts) {
+			n = counts[i]
 		}
-		if atomic.CompareAndSwapUint64(p, v, 0) {
-			out = append(out, i)
+		if atomic.LoadUint32(&s.sig.Slot[i].Followers) != n {
+			atomic.StoreUint32(&s.sig.Slot[i].Followers, n)
 		}
 	}
-	return out
+	return nil
 }
+
+// Followers returns slot i's follower count (0 outside the page). Untrusted: online
+// containers can write it.
+func (s *SignalPage) Followers(i int) uint32 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.sig == nil || i < 0 || i >= SignalSlots {
+		return 0
+	}
+	return atomic.LoadUint32(&s.sig.Slot[i].Followers)
+}
+
+// wakeIdle tells the offline processes waiting on slot i that it was cleared: idle_seq
+// moves on, then its futex is woken (shared: the waiters are other processes).
+func (s *SignalPage) wakeIdle(i int) {
+	seq := &s.sig.Slot[i].IdleSeq
+	atomic.AddUint32(seq, 1)
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(seq)), futexWake, math.MaxInt32, 0, 0, 0)
+}
+
+const futexWake = 1 // FUTEX_WAKE in linux/futex.h
 
 // Close unmaps the page; the file stays.
 func (s *SignalPage) Close() error {

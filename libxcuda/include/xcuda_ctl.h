@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 5u
+#define XCUDA_CTL_VERSION 6u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -190,9 +190,20 @@ typedef struct xcuda_usage {
  * write anything here, and the budget bounds what that costs offline work. */
 #define XCUDA_SIGNAL_REFRESH_NS 100000ull /* 100 us */
 
+/* Version 6: idle_seq lets a holding offline process sleep until the online work is
+ * done instead of polling. An online process that clears online_ns then, when
+ * followers is not 0, increments idle_seq and wakes the futex on it (FUTEX_WAKE,
+ * shared: the page is one file for every container); an offline process reads idle_seq before it
+ * checks online_ns and waits on it with FUTEX_WAIT (read-only mappings allow that),
+ * with a timeout bounded by its hold budget, the hold window and 1 ms, so a publisher
+ * that never wakes (an older libxcuda, a killed or hostile process) costs what polling
+ * cost before. muxd keeps followers at the number of offline containers following the
+ * GPU, so that an online service alone on its GPU makes no system call for it. */
 typedef struct xcuda_signal_slot {
     uint64_t online_ns;   /* see above; 0 = idle */
-    uint64_t reserved[7]; /* one 64-byte line per GPU */
+    uint32_t idle_seq;    /* version 6: bumped after every clear of online_ns */
+    uint32_t followers;   /* version 6: offline containers following this GPU (muxd) */
+    uint64_t reserved[6]; /* one 64-byte line per GPU */
 } xcuda_signal_slot;
 
 typedef struct xcuda_signal {

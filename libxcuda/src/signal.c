@@ -11,19 +11,27 @@
  *
  * Offline processes (role FOLLOW) load the slots on every launch: all zero
  * (no online work pending) is the fast path, unchanged. Otherwise a launch
- * waits in short sleeps while some slot says online launched within the
- * hold window, bounded by a budget: at most hold_max_bp of every hold period
- * is spent holding, whatever the page says, so offline always progresses.
+ * waits while some slot says online launched within the hold window, bounded
+ * by a budget: at most hold_max_bp of every hold period is spent holding,
+ * whatever the page says, so offline always progresses. It waits on the
+ * slot's idle_seq futex, which the online side bumps and wakes when it clears
+ * the slot (the one system call this adds there, once per synchronisation
+ * that ends online work, never per launch, and only while muxd counts
+ * followers of the GPU): the hold ends as soon as the online work does,
+ * without waking every 50 us to look.
  * The page is writable by every online container, so every value read from
  * it is untrusted: a timestamp in the future or the far past is stale, a
  * page that says "busy" forever costs offline its budget and no more. The
  * policy comes from the container's own limits page (read-only to it). */
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "xcuda.h"
@@ -56,7 +64,13 @@ static void follow_slow(int on)
 /* Set while this offline process leaves the online kernels room (follow_fitted). */
 static _Atomic int fitted;
 
-#define HOLD_POLL_NS 50000ull /* re-check the signal every 50 us while holding */
+/* The longest one wait of a hold lasts before the page is read again: a publisher that
+ * never wakes (an older libxcuda, a killed process; the window ends those slots) or a
+ * second busy slot is noticed within this, and so is a SIGTERM drain. */
+#define HOLD_WAIT_MAX_NS 1000000ull
+/* Holding ahead of a predicted request (no slot busy yet): re-read every 50 us, as the
+ * request's start wakes nobody. */
+#define HOLD_AHEAD_POLL_NS 50000ull
 
 void xc_signal_init(const char *path)
 {
@@ -95,8 +109,11 @@ void xc_signal_init(const char *path)
     }
     unsigned n = 0;
     for (unsigned i = 0; i < XCUDA_SIGNAL_SLOTS; i++)
-        if (mask & (1ull << i))
+        if (mask & (1ull << i)) {
+            xc_sig.q[n] = &s->slot[i].idle_seq;
+            xc_sig.f[n] = &s->slot[i].followers;
             xc_sig.w[n++] = &s->slot[i].online_ns;
+        }
     xc_sig.pub = (uint64_t)pub;
     xc_sig.page = s;
     xc_sig.n = n;
@@ -139,8 +156,24 @@ void xc_signal_idle(void)
     if (!xc_sig.pub)
         return;
     for (unsigned i = 0; i < xc_sig.n; i++)
-        if (XC_LOAD(xc_sig.w[i]) != 0)
+        if (XC_LOAD(xc_sig.w[i]) != 0) {
             XC_STORE(xc_sig.w[i], 0);
+            if (XC_LOAD(xc_sig.f[i]) == 0)
+                continue; /* no offline container follows this GPU: nobody waits */
+            /* After the clear: a follower that sees the new sequence sees the 0. */
+            __atomic_add_fetch(xc_sig.q[i], 1, __ATOMIC_SEQ_CST);
+            syscall(SYS_futex, xc_sig.q[i], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        }
+}
+
+/* Waits up to ns, or until slot i's idle_seq moves on from seq (the online work
+ * published there is done), whichever is first. */
+static void wait_idle(unsigned i, uint32_t seq, uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    /* EAGAIN (moved on already), a wake-up, a timeout and EINTR all mean: look again. */
+    syscall(SYS_futex, xc_sig.q[i], FUTEX_WAIT, seq, &ts, NULL, 0);
 }
 
 static uint64_t clamp_u64(uint64_t v, uint64_t def, uint64_t lo, uint64_t hi)
@@ -287,14 +320,16 @@ static int ahead_on(void)
     return XC_LOAD(&xc.lim->hold_ahead) != XCUDA_AHEAD_OFF;
 }
 
-/* The largest busy slot value (0: all idle or stale). */
-static uint64_t busy_value(uint64_t now, uint64_t window)
+/* The largest busy slot value (0: all idle or stale); *slot says whose. */
+static uint64_t busy_value(uint64_t now, uint64_t window, unsigned *slot)
 {
     uint64_t m = 0;
     for (unsigned i = 0; i < xc_sig.n; i++) {
         uint64_t v = XC_LOAD(xc_sig.w[i]);
-        if (slot_busy(v, now, window) && v > m)
+        if (slot_busy(v, now, window) && v > m) {
             m = v;
+            *slot = i;
+        }
     }
     return m;
 }
@@ -306,7 +341,8 @@ static void hold(void)
                                 XCUDA_HOLD_WINDOW_MAX_NS);
     uint64_t now = xc_now_mono_ns();
     int ahead = ahead_on();
-    uint64_t v = busy_value(now, window);
+    unsigned slot = 0;
+    uint64_t v = busy_value(now, window, &slot);
     ahead_observe(v, now);
     if (v != 0) {
         XC_STORE(&online_seen, now);
@@ -330,19 +366,26 @@ static void hold(void)
         uint64_t used = XC_LOAD(&hold_used);
         if (used >= budget || atomic_load_explicit(&xc_stopping, memory_order_relaxed))
             break;
-        v = busy_value(now, window);
+        /* Each slot's sequence before its value: a clear after this read wakes us. */
+        uint32_t seq[XCUDA_SIGNAL_SLOTS];
+        for (unsigned i = 0; i < xc_sig.n; i++)
+            seq[i] = __atomic_load_n(xc_sig.q[i], __ATOMIC_SEQ_CST);
+        v = busy_value(now, window, &slot);
         ahead_observe(v, now);
+        uint64_t w = budget - used < HOLD_WAIT_MAX_NS ? budget - used : HOLD_WAIT_MAX_NS;
         int early = 0;
         if (v != 0) {
             XC_STORE(&online_seen, now);
+            if (v <= now && v + window - now < w)
+                w = v + window - now; /* the slot goes stale then */
+            wait_idle(slot, seq[slot], w);
         } else {
             uint64_t until = ahead ? ahead_until(now, xc_gate_launch_est_ns()) : 0;
             if (until == 0 || now >= until)
                 break;
             early = 1;
+            xc_sleep_ns(w < HOLD_AHEAD_POLL_NS ? w : HOLD_AHEAD_POLL_NS);
         }
-        uint64_t w = budget - used < HOLD_POLL_NS ? budget - used : HOLD_POLL_NS;
-        xc_sleep_ns(w);
         uint64_t t = xc_now_mono_ns();
         XC_ADD(&hold_used, t > now ? t - now : 0);
         if (early)

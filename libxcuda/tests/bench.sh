@@ -21,7 +21,13 @@ run "$bench" time
 "$BUILD/libxcuda/tests/xcblock" signal "$work/signal"
 "$BUILD/libxcuda/tests/xcblock" create "$work/online" role=1 mask=1
 "$BUILD/libxcuda/tests/xcblock" create "$work/offline" role=2 mask=1
-echo "== libxcuda: online, publishing to the GPU signal page"
+echo "== libxcuda: online, publishing to the GPU signal page, no offline container following it"
+env LD_LIBRARY_PATH="$stub" LD_PRELOAD="$lib" XCUDA_CONTROL_BLOCK="$work/online" \
+  XCUDA_SIGNAL="$work/signal" "$bench" time
+# With a follower, each synchronisation that ends online work wakes the holders
+# (one FUTEX_WAKE system call).
+"$BUILD/libxcuda/tests/xcblock" signal "$work/signal" followers0=1
+echo "== libxcuda: online, publishing to the GPU signal page, one offline container following it"
 env LD_LIBRARY_PATH="$stub" LD_PRELOAD="$lib" XCUDA_CONTROL_BLOCK="$work/online" \
   XCUDA_SIGNAL="$work/signal" "$bench" time
 "$BUILD/libxcuda/tests/xcblock" signal "$work/signal" slot0=0

@@ -15,10 +15,12 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
                               unsigned, unsigned, CUstream, void **, void **);
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*sync_fn)(void);
 
 static launch_fn direct_launch;
 static alloc_fn direct_alloc;
 static free_fn direct_free;
+static sync_fn direct_sync;
 
 static double now_ns(void)
 {
@@ -54,6 +56,24 @@ __attribute__((noinline)) void alloc_wrapped(long n)
         CUdeviceptr p;
         if (cuMemAlloc(&p, 256) == CUDA_SUCCESS)
             cuMemFree(p);
+    }
+}
+
+/* A request of one empty kernel: launch, then synchronise (an online process clears its
+ * GPU's signal slot there and wakes the offline processes holding for it). */
+__attribute__((noinline)) void request_direct(long n)
+{
+    for (long i = 0; i < n; i++) {
+        direct_launch(NULL, 0, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        direct_sync();
+    }
+}
+
+__attribute__((noinline)) void request_wrapped(long n)
+{
+    for (long i = 0; i < n; i++) {
+        cuLaunchKernel(NULL, 0, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        cuCtxSynchronize();
     }
 }
 
@@ -98,6 +118,7 @@ int main(int argc, char **argv)
     direct_launch = (launch_fn)stub_fn("cuLaunchKernel");
     direct_alloc = (alloc_fn)stub_fn("cuMemAlloc_v2");
     direct_free = (free_fn)stub_fn("cuMemFree_v2");
+    direct_sync = (sync_fn)stub_fn("cuCtxSynchronize");
     if (cuInit(0) != CUDA_SUCCESS) {
         fprintf(stderr, "xcbench: cuInit failed\n");
         return 1;
@@ -117,6 +138,9 @@ int main(int argc, char **argv)
                d, w, w - d);
         measure(alloc_direct, alloc_wrapped, 2000, 101, &d, &w);
         printf("cuMemAlloc+cuMemFree: direct %.2f ns, intercepted %.2f ns, added %.2f ns per pair (median of 101 batches of 2000)\n",
+               d, w, w - d);
+        measure(request_direct, request_wrapped, 2000, 101, &d, &w);
+        printf("cuLaunchKernel+cuCtxSynchronize: direct %.2f ns, intercepted %.2f ns, added %.2f ns per request (median of 101 batches of 2000)\n",
                d, w, w - d);
         return 0;
     }

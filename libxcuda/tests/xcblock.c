@@ -5,8 +5,10 @@
  *   xcblock create DIR [key=value...]
  *   xcblock set DIR key=value...
  *   xcblock show DIR
- *   xcblock signal FILE [slotN=value...]   create the GPU signal page (if
- *                                          missing) and store slot values
+ *   xcblock signal FILE [slotN=value... followersN=count...]
+ *                                          create the GPU signal page (if
+ *                                          missing) and store slot values and
+ *                                          follower counts
  * keys: share (basis points), paused (0/1), mem0..mem15 (bytes),
  *       inflight, burst_ns, mps_pct, pinned0..pinned15 (bytes), policy (0/1),
  *       role (0 none, 1 publish, 2 follow), mask (signal slots), hold_window_ns,
@@ -133,12 +135,16 @@ static int signal_page(const char *path, int n, char **kvs)
     for (int i = 0; i < n; i++) {
         int slot;
         unsigned long long v;
-        if (sscanf(kvs[i], "slot%d=%llu", &slot, &v) != 2 || slot < 0 ||
-            slot >= XCUDA_SIGNAL_SLOTS) {
+        if (sscanf(kvs[i], "slot%d=%llu", &slot, &v) == 2 && slot >= 0 &&
+            slot < XCUDA_SIGNAL_SLOTS) {
+            __atomic_store_n(&s->slot[slot].online_ns, (uint64_t)v, __ATOMIC_RELAXED);
+        } else if (sscanf(kvs[i], "followers%d=%llu", &slot, &v) == 2 && slot >= 0 &&
+                   slot < XCUDA_SIGNAL_SLOTS && v <= UINT32_MAX) {
+            __atomic_store_n(&s->slot[slot].followers, (uint32_t)v, __ATOMIC_RELAXED);
+        } else {
             fprintf(stderr, "xcblock: bad setting %s\n", kvs[i]);
             return 2;
         }
-        __atomic_store_n(&s->slot[slot].online_ns, (uint64_t)v, __ATOMIC_RELAXED);
     }
     return 0;
 }

@@ -11,8 +11,13 @@
  *   churn <way> <chunk> <n>      allocate n chunks, print "ready", then free
  *                                and allocate them again forever (to be killed
  *                                in the middle of a free)
+ *   requests <way> <kernel_us> <gap_us> <secs>
+ *                                an online service: launch, synchronise,
+ *                                idle gap_us; print the requests and the
+ *                                time they were busy
  *   loop <way> <kernel_us> <secs> <graph|kernel>
- *                                launch back to back, print progress
+ *                                launch back to back, print progress (with
+ *                                the process's voluntary context switches)
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -21,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -307,15 +313,37 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
         n++;
         double t = now_s();
         if (t >= next) {
-            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu mono=%.6f maxq_ns=%llu\n", t - t0, n,
-                   errors, busy ? (unsigned long long)busy() : 0ull, t,
-                   maxq ? (unsigned long long)maxq() : 0ull);
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu mono=%.6f maxq_ns=%llu nvcsw=%ld\n",
+                   t - t0, n, errors, busy ? (unsigned long long)busy() : 0ull, t,
+                   maxq ? (unsigned long long)maxq() : 0ull, ru.ru_nvcsw);
             fflush(stdout);
             next += 0.05;
         }
     }
     api.sync();
     printf("done launches=%ld errors=%ld\n", n, errors);
+    return errors != 0;
+}
+
+static int cmd_requests(unsigned kernel_us, unsigned gap_us, double secs)
+{
+    if (init_ctx() != CUDA_SUCCESS)
+        return 1;
+    double t0 = now_s(), busy = 0;
+    long n = 0, errors = 0;
+    while (now_s() - t0 < secs) {
+        double start = now_s();
+        if (api.launch((CUfunction)1, kernel_us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS ||
+            api.sync() != CUDA_SUCCESS)
+            errors++;
+        busy += now_s() - start;
+        n++;
+        struct timespec gap = {(time_t)(gap_us / 1000000u), (long)(gap_us % 1000000u) * 1000};
+        nanosleep(&gap, NULL);
+    }
+    printf("requests=%ld\nerrors=%ld\nbusy=%.6f\nsecs=%.6f\n", n, errors, busy, now_s() - t0);
     return errors != 0;
 }
 
@@ -460,6 +488,8 @@ int main(int argc, char **argv)
         return cmd_kinds();
     if (strcmp(argv[1], "sigapp") == 0)
         return cmd_sigapp();
+    if (strcmp(argv[1], "requests") == 0 && argc == 6)
+        return cmd_requests((unsigned)atoi(argv[3]), (unsigned)atoi(argv[4]), atof(argv[5]));
     if (strcmp(argv[1], "loop") == 0 && argc == 6)
         return cmd_loop((unsigned)atoi(argv[3]), atof(argv[4]),
                         strcmp(argv[5], "graph") == 0 ? 1 : strcmp(argv[5], "coop") == 0 ? 2 : 0);

@@ -3,6 +3,7 @@ package xcudatest
 import (
 	"math"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -216,6 +217,75 @@ func TestNoSignalPageUnchanged(t *testing.T) {
 			}
 			if u := h.block.Usage(); u.Throttled != 0 || u.OnlineHeld != 0 {
 				t.Errorf("throttled %v, online-held %v: want 0", u.Throttled, u.OnlineHeld)
+			}
+		})
+	}
+}
+
+// TestHoldSleepsUntilTheClear: a holding offline process sleeps on the slot's idle_seq
+// futex until the online side clears the slot, instead of waking every 50 µs to look.
+// Under online requests of 1.5 ms every 3.5 ms it holds about the time they are busy
+// (the wake reaches it: its waits time out after 1 ms, which would hold each request
+// 0.5 ms too long) and sleeps a few times per request, not once per 50 µs of it. The
+// requests come from an online process under libxcuda and from the Go page (what muxd
+// uses to clear a stale slot).
+func TestHoldSleepsUntilTheClear(t *testing.T) {
+	for _, by := range []string{"online process", "Go page"} {
+		t.Run(by, func(t *testing.T) {
+			page := signalPage(t)
+			page.SetFollowers([]uint32{1}) // as muxd counts the offline container below
+			// Hold-ahead off: it would learn the requests' pace and hold before each.
+			// Empty kernels: the stub driver never blocks the loop, so its sleeps are
+			// its holds'.
+			off := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, Ahead: ctlblock.AheadOff})
+			ch, wait := runLoop(t, off, 0, 2.0, "kernel")
+			var p1, p2 progress
+			time.Sleep(300 * time.Millisecond)
+			drain(ch, &p1)
+			s1 := sampleHeld(off)
+			var busy time.Duration
+			requests := 0
+			if by == "online process" {
+				on := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalPublish, GPUs: 1})
+				out, err := on.command("xctest", "requests", "dlsym", "1500", "2000", "1.0").Output()
+				kv := keyValues(string(out))
+				if err != nil || kv["errors"] != "0" {
+					t.Fatalf("online requests: %v\n%s", err, out)
+				}
+				requests = int(atoi(t, kv["requests"]))
+				secs, _ := strconv.ParseFloat(kv["busy"], 64)
+				busy = time.Duration(secs * float64(time.Second))
+			} else {
+				for end := time.Now().Add(time.Second); time.Now().Before(end); requests++ {
+					start := time.Now()
+					page.SetOnline(0, monoNS())
+					time.Sleep(1500 * time.Microsecond)
+					page.SetOnline(0, 0)
+					busy += time.Since(start)
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			drain(ch, &p2)
+			s2 := sampleHeld(off)
+			for range ch {
+			}
+			wait()
+			if p1.launches == 0 || p2.launches == 0 || requests == 0 {
+				t.Fatalf("no progress (offline launches %d, %d; %d online requests)", p1.launches, p2.launches, requests)
+			}
+			span := s2.at.Sub(s1.at)
+			held, busyFrac := heldFraction(s1, s2), float64(busy)/float64(span)
+			sleeps := float64(p2.nvcsw-p1.nvcsw) / float64(requests)
+			t.Logf("%d requests busy %.2f of %v; offline held %.2f, %d launches, %.1f sleeps per request",
+				requests, busyFrac, span, held, p2.launches-p1.launches, sleeps)
+			if held > busyFrac+0.1 {
+				t.Errorf("offline held %.2f of the time, the online requests were busy %.2f: the clear does not end its holds", held, busyFrac)
+			}
+			if held < busyFrac/2 {
+				t.Errorf("offline held %.2f of the time, the online requests were busy %.2f: it does not hold for them", held, busyFrac)
+			}
+			if sleeps > 8 {
+				t.Errorf("offline slept %.1f times per 1.5 ms request: it polls instead of waiting for the clear", sleeps)
 			}
 		})
 	}

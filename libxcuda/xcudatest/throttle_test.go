@@ -18,12 +18,13 @@ type progress struct {
 	launches int64
 	busyNS   int64
 	maxQNS   int64 // the most work a launch found queued in the last 50 ms (stub driver)
+	nvcsw    int64 // the process's voluntary context switches so far: its sleeps
 }
 
 func parseProgress(line string) (progress, bool) {
 	var p progress
 	var errs int64
-	n, _ := fmt.Sscanf(strings.TrimSpace(line), "t=%f launches=%d errors=%d busy_ns=%d mono=%f maxq_ns=%d", &p.at, &p.launches, &errs, &p.busyNS, &p.mono, &p.maxQNS)
+	n, _ := fmt.Sscanf(strings.TrimSpace(line), "t=%f launches=%d errors=%d busy_ns=%d mono=%f maxq_ns=%d nvcsw=%d", &p.at, &p.launches, &errs, &p.busyNS, &p.mono, &p.maxQNS, &p.nvcsw)
 	return p, n >= 5
 }
 

@@ -220,6 +220,9 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 		return fmt.Errorf("attach control block for %s: %w", c.ID, err)
 	}
 	m.blocks[c.ID] = b
+	if l.Signal.Role == ctlblock.SignalFollow {
+		m.countFollowers()
+	}
 	return nil
 }
 
@@ -264,6 +267,9 @@ func (m *Manager) Remove(id string) error {
 	m.mu.Lock()
 	b := m.blocks[id]
 	delete(m.blocks, id)
+	if b != nil && b.Limits().Signal.Role == ctlblock.SignalFollow {
+		m.countFollowers()
+	}
 	m.mu.Unlock()
 	var errs []error
 	if b != nil {

@@ -127,11 +127,7 @@ func (m *Manager) clearOnlineSlots(s ctlblock.Signal) {
 	if s.Role != ctlblock.SignalPublish || s.GPUs == 0 {
 		return
 	}
-	path := ctlblock.SignalPagePath(filepath.Dir(m.root))
-	if _, err := os.Lstat(path); err != nil {
-		return
-	}
-	page, err := ctlblock.OpenSignalPage(path, 0o666)
+	page, err := m.openSignalPage()
 	if err != nil {
 		return
 	}
@@ -141,4 +137,37 @@ func (m *Manager) clearOnlineSlots(s ctlblock.Signal) {
 			page.SetOnline(i, 0)
 		}
 	}
+}
+
+// countFollowers stores in the signal page how many registered offline containers follow
+// each GPU, so that online processes wake holders only where there are some. m.mu held.
+func (m *Manager) countFollowers() {
+	counts := make([]uint32, ctlblock.SignalSlots)
+	for _, b := range m.blocks {
+		s := b.Limits().Signal
+		if s.Role != ctlblock.SignalFollow {
+			continue
+		}
+		for i := range counts {
+			if s.GPUs&(1<<uint(i)) != 0 {
+				counts[i]++
+			}
+		}
+	}
+	page, err := m.openSignalPage()
+	if err != nil {
+		return
+	}
+	defer page.Close()
+	page.SetFollowers(counts)
+}
+
+// openSignalPage opens the node's signal page if EnsureSignalPage made it (muxd without
+// online-aware gating has none, and none is created here).
+func (m *Manager) openSignalPage() (*ctlblock.SignalPage, error) {
+	path := ctlblock.SignalPagePath(filepath.Dir(m.root))
+	if _, err := os.Lstat(path); err != nil {
+		return nil, err
+	}
+	return ctlblock.OpenSignalPage(path, 0o666)
 }

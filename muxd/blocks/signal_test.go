@@ -121,3 +121,49 @@ func TestEnsureWritesSignal(t *testing.T) {
 		t.Errorf("after removing the online container: slot 2 = %d (want 0), slot 5 = %d (want 777)", page.Online(2), page.Online(5))
 	}
 }
+
+// TestFollowerCounts: the page says how many registered offline containers follow each
+// GPU (online processes wake holders only there); online containers do not count, and
+// a removal is counted out.
+func TestFollowerCounts(t *testing.T) {
+	run := t.TempDir()
+	m, err := NewManager(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.GPUs = func() []api.GPU { return []api.GPU{{Index: 0}, {Index: 1}, {Index: 2}} }
+	if err := m.EnsureSignalPage(); err != nil {
+		t.Fatal(err)
+	}
+	page, err := ctlblock.OpenSignalPage(ctlblock.SignalPagePath(run), 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close()
+	counts := func() [3]uint32 { return [3]uint32{page.Followers(0), page.Followers(1), page.Followers(2)} }
+	register := func(id string, class api.Class, gpus ...string) {
+		t.Helper()
+		c := api.Container{RegisterRequest: api.RegisterRequest{ID: id, Class: class, GPUs: gpus}}
+		if err := m.Ensure(c, policy.Default()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register("off-a", api.Offline, "1")
+	register("off-b", api.Offline, "1", "2")
+	register("on-a", api.Online, "0")
+	if got, want := counts(), [3]uint32{0, 2, 1}; got != want {
+		t.Errorf("followers per GPU %v, want %v", got, want)
+	}
+	if err := m.Remove("off-b"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := counts(), [3]uint32{0, 1, 0}; got != want {
+		t.Errorf("after removing off-b: followers per GPU %v, want %v", got, want)
+	}
+	if err := m.Remove("off-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := counts(), [3]uint32{0, 0, 0}; got != want {
+		t.Errorf("after removing both: followers per GPU %v, want %v", got, want)
+	}
+}
