@@ -563,34 +563,36 @@ func (d *Device) completeDue() {
 	}
 }
 
-// loop runs the device in real time: it sleeps until the next modelled
-// event, then advances the model.
+// loop runs the device in real time: it advances the model whenever something was
+// queued (kick) and, through the alarm, whenever the model's next event is due.
 func (d *Device) loop() {
 	defer d.s.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	var al *alarm
+	al = newAlarm(func() { d.step(al) })
+	defer al.close()
 	for {
-		s := d.s
-		s.mu.Lock()
-		now := s.nowNs()
-		d.advance(now)
-		tn := d.nextEvent()
-		s.mu.Unlock()
-		wait := time.Hour
-		if !math.IsInf(tn, 1) {
-			wait = time.Duration((tn - now) * s.cfg.TimeScale)
-			if wait < 0 {
-				wait = 0
-			}
-		}
-		timer.Reset(wait)
+		d.step(al)
 		select {
-		case <-s.stop:
+		case <-d.s.stop:
 			return
 		case <-d.wake:
-			// Go >= 1.23 timers: Stop/Reset never leave a stale tick to drain
-			timer.Stop()
-		case <-timer.C:
 		}
 	}
+}
+
+// step advances the model to now and sets the alarm for its next event. The alarm is
+// set under the lock, so whichever of the loop and the alarm steps last sets it from
+// the latest state.
+func (d *Device) step(al *alarm) {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.nowNs()
+	d.advance(now)
+	tn := d.nextEvent()
+	if math.IsInf(tn, 1) {
+		al.stop()
+		return
+	}
+	al.set(time.Duration((tn - now) * s.cfg.TimeScale))
 }

@@ -1,7 +1,8 @@
 /* launchbench — measures the fake driver's costs from one process: the
  * median time a cuLaunchKernel call takes (asynchronous), the median
  * cuStreamSynchronize round trip on an idle stream, and the sustained launch
- * rate (launches / time until they have all completed). Prints JSON. */
+ * rate (launches / time until they have all completed), and how late after a
+ * 300 us kernel ends a cuStreamSynchronize waiting for it returns. Prints JSON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -76,8 +77,22 @@ int main(int argc, char **argv)
 			return 1;
 		q[i] = now_us() - t;
 	}
+	/* A 300 us kernel, then cuStreamSynchronize: how late after the kernel ends the
+	 * sync returns (a real driver: microseconds). */
+	CUfunction k300;
+	double *late = malloc(sizeof(double) * (size_t)nsync);
+	if (late == NULL || cuModuleLoadData(&m, "gpusim-module 1\nfunc k300 block_us=300 bw=0\n") ||
+	    cuModuleGetFunction(&k300, m, "k300"))
+		return 1;
+	for (int i = 0; i < nsync; i++) {
+		double t = now_us();
+		if (cuLaunchKernel(k300, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL) != CUDA_SUCCESS ||
+		    cuStreamSynchronize(s) != CUDA_SUCCESS)
+			return 1;
+		late[i] = now_us() - t - 300;
+	}
 	printf("{\"launches\":%d,\"launches_per_s\":%.0f,\"launch_median_us\":%.3f,\"sync_median_us\":%.3f,"
-	       "\"event_query_median_us\":%.3f}\n",
-	       n, n / (el / 1e6), median(lat, n), median(sy, nsync), median(q, nsync));
+	       "\"event_query_median_us\":%.3f,\"sync_after_kernel_median_us\":%.3f}\n",
+	       n, n / (el / 1e6), median(lat, n), median(sy, nsync), median(q, nsync), median(late, nsync));
 	return 0;
 }
