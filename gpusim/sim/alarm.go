@@ -18,17 +18,18 @@ import (
 // precision), and fire runs on the goroutine that read it, not after one more
 // hand-off. Where no timerfd can be made, a Go timer is the fallback.
 type alarm struct {
-	fire  func()
+	fire  func(*alarm)
 	fd    int
 	f     *os.File
 	timer *time.Timer // the fallback
 }
 
-func newAlarm(fire func()) *alarm {
+// newAlarm makes a disarmed alarm that calls fire(itself) at each expiry.
+func newAlarm(fire func(*alarm)) *alarm {
 	a := &alarm{fire: fire, fd: -1}
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		a.timer = time.AfterFunc(time.Hour, fire)
+		a.timer = time.AfterFunc(time.Hour, func() { fire(a) })
 		a.timer.Stop()
 		return a
 	}
@@ -44,7 +45,7 @@ func (a *alarm) read() {
 		if _, err := a.f.Read(buf[:]); err != nil {
 			return
 		}
-		a.fire()
+		a.fire(a)
 	}
 }
 
@@ -60,7 +61,7 @@ func (a *alarm) set(d time.Duration) {
 	}
 	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
 	if err := unix.TimerfdSettime(a.fd, 0, &spec, nil); err != nil {
-		go a.fire() // cannot arm: look again at once rather than never
+		go a.fire(a) // cannot arm: look again at once rather than never
 	}
 }
 

@@ -10,11 +10,12 @@ import (
 func TestAlarm(t *testing.T) {
 	for _, fallback := range []bool{false, true} {
 		fired := make(chan struct{}, 16)
-		fire := func() { fired <- struct{}{} }
+		fire := func(*alarm) { fired <- struct{}{} }
 		a := newAlarm(fire)
 		if fallback {
 			a.close()
-			a = &alarm{fire: fire, fd: -1, timer: time.AfterFunc(time.Hour, fire)}
+			a = &alarm{fire: fire, fd: -1}
+			a.timer = time.AfterFunc(time.Hour, func() { fire(a) })
 			a.timer.Stop()
 		} else if a.timer != nil {
 			t.Fatal("no timerfd on Linux: the alarm fell back to a Go timer")

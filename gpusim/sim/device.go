@@ -567,8 +567,7 @@ func (d *Device) completeDue() {
 // queued (kick) and, through the alarm, whenever the model's next event is due.
 func (d *Device) loop() {
 	defer d.s.wg.Done()
-	var al *alarm
-	al = newAlarm(func() { d.step(al) })
+	al := newAlarm(d.step)
 	defer al.close()
 	for {
 		d.step(al)
