@@ -27,6 +27,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -109,11 +110,8 @@ void xc_signal_init(const char *path)
     }
     unsigned n = 0;
     for (unsigned i = 0; i < XCUDA_SIGNAL_SLOTS; i++)
-        if (mask & (1ull << i)) {
-            xc_sig.q[n] = &s->slot[i].idle_seq;
-            xc_sig.f[n] = &s->slot[i].followers;
+        if (mask & (1ull << i))
             xc_sig.w[n++] = &s->slot[i].online_ns;
-        }
     xc_sig.pub = (uint64_t)pub;
     xc_sig.page = s;
     xc_sig.n = n;
@@ -151,6 +149,13 @@ static void publish(void)
     }
 }
 
+/* The slot whose online_ns xc_sig.w[i] points at (its first field). */
+_Static_assert(offsetof(xcuda_signal_slot, online_ns) == 0, "online_ns leads its slot");
+static xcuda_signal_slot *slot_at(unsigned i)
+{
+    return (xcuda_signal_slot *)xc_sig.w[i];
+}
+
 void xc_signal_idle(void)
 {
     if (!xc_sig.pub)
@@ -158,11 +163,11 @@ void xc_signal_idle(void)
     for (unsigned i = 0; i < xc_sig.n; i++)
         if (XC_LOAD(xc_sig.w[i]) != 0) {
             XC_STORE(xc_sig.w[i], 0);
-            if (XC_LOAD(xc_sig.f[i]) == 0)
+            if (XC_LOAD(&slot_at(i)->followers) == 0)
                 continue; /* no offline container follows this GPU: nobody waits */
             /* After the clear: a follower that sees the new sequence sees the 0. */
-            __atomic_add_fetch(xc_sig.q[i], 1, __ATOMIC_SEQ_CST);
-            syscall(SYS_futex, xc_sig.q[i], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+            __atomic_add_fetch(&slot_at(i)->idle_seq, 1, __ATOMIC_SEQ_CST);
+            syscall(SYS_futex, &slot_at(i)->idle_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
         }
 }
 
@@ -173,7 +178,7 @@ static void wait_idle(unsigned i, uint32_t seq, uint64_t ns)
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
                           .tv_nsec = (long)(ns % 1000000000ull)};
     /* EAGAIN (moved on already), a wake-up, a timeout and EINTR all mean: look again. */
-    syscall(SYS_futex, xc_sig.q[i], FUTEX_WAIT, seq, &ts, NULL, 0);
+    syscall(SYS_futex, &slot_at(i)->idle_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
 }
 
 static uint64_t clamp_u64(uint64_t v, uint64_t def, uint64_t lo, uint64_t hi)
@@ -369,7 +374,7 @@ static void hold(void)
         /* Each slot's sequence before its value: a clear after this read wakes us. */
         uint32_t seq[XCUDA_SIGNAL_SLOTS];
         for (unsigned i = 0; i < xc_sig.n; i++)
-            seq[i] = __atomic_load_n(xc_sig.q[i], __ATOMIC_SEQ_CST);
+            seq[i] = __atomic_load_n(&slot_at(i)->idle_seq, __ATOMIC_SEQ_CST);
         v = busy_value(now, window, &slot);
         ahead_observe(v, now);
         uint64_t w = budget - used < HOLD_WAIT_MAX_NS ? budget - used : HOLD_WAIT_MAX_NS;

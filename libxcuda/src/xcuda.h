@@ -249,8 +249,6 @@ struct xc_sig {
     uint64_t pub;  /* 1: publish (online), 0: follow (offline) */
     unsigned n;    /* slots mapped */
     uint64_t *w[XCUDA_SIGNAL_SLOTS]; /* &slot[i].online_ns of the container's GPUs */
-    uint32_t *q[XCUDA_SIGNAL_SLOTS]; /* &slot[i].idle_seq, the same slots */
-    const uint32_t *f[XCUDA_SIGNAL_SLOTS]; /* &slot[i].followers, the same slots */
     xcuda_signal *page;
 };
 extern struct xc_sig xc_sig;
