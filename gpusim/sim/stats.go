@@ -137,11 +137,13 @@ func (s *Sim) Stats(dev int) (DeviceStats, bool) {
 	now := s.nowNs()
 	d.advance(now)
 	cur := d.snapshot()
+	// The newest sample a window old; on a device younger than the window, its start
+	// (every counter zero): the oldest sample may have been taken after all the work.
 	base := sample{t: 0, proc: map[int][3]float64{}}
 	win := float64(s.cfg.Window.Nanoseconds())
 	for i := len(d.samples) - 1; i >= 0; i-- {
-		base = d.samples[i]
 		if d.samples[i].t <= now-win {
+			base = d.samples[i]
 			break
 		}
 	}
