@@ -4,8 +4,11 @@
  *
  * Throttling is a token bucket of GPU time shared by all processes of the
  * container (in the usage block): it refills at share × wall time up to a
- * burst, and every measured launch is charged its real GPU time (start/end
- * events around the launch) when it completes. Because the unit is GPU time,
+ * burst, and every measured launch is charged its real GPU time when it
+ * completes: between an event recorded after it and one before it — the previous
+ * measured launch's end where that one was still outstanding on the same stream
+ * (the stream was busy until then), else a start event of its own; a launch behind
+ * another costs one event record, not two. Because the unit is GPU time,
  * not SMs or blocks, the gain does not depend on the GPU's SM count. At most
  * max_inflight measured launches are outstanding per process, so a cut or a
  * pause bites within max_inflight launches. */
@@ -16,12 +19,18 @@
 
 struct slot {
     CUevent start, end;
+    CUstream stream;
+    pthread_t thread; /* a stream handle of 0 or CU_STREAM_PER_THREAD is per thread */
+    int chained;      /* timed from the previous slot's end, not from start */
     CUcontext ctx;
     uint64_t launch_ns;
 };
 
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct slot ring[XCUDA_MAX_INFLIGHT_CAP];
+/* One entry more than can be outstanding: the one before the oldest outstanding
+ * keeps the end event the oldest may be timed from. */
+#define RING_N (XCUDA_MAX_INFLIGHT_CAP + 1)
+static struct slot ring[RING_N];
 static unsigned ring_head, ring_count; /* FIFO of launched, unreaped slots */
 static int was_open = 1;               /* last launch went through unmeasured */
 /* Measured GPU time per launch of this process (moving average, ns; 0 = none yet):
@@ -125,10 +134,13 @@ static int reap_one(int block)
     CUresult r = block ? xc_real.cuEventSynchronize(s->end) : xc_real.cuEventQuery(s->end);
     if (r == CUDA_ERROR_NOT_READY)
         return 0;
+    /* A chained slot's previous one was reaped before it; its entry is not reused
+     * while this one is outstanding (RING_N). */
+    CUevent from = s->chained ? ring[(ring_head + RING_N - 1) % RING_N].end : s->start;
     uint64_t gpu;
     float ms = 0;
     if (r == CUDA_SUCCESS && xc_real.cuEventElapsedTime != NULL &&
-        xc_real.cuEventElapsedTime(&ms, s->start, s->end) == CUDA_SUCCESS &&
+        xc_real.cuEventElapsedTime(&ms, from, s->end) == CUDA_SUCCESS &&
         ms >= 0) {
         gpu = (uint64_t)((double)ms * 1e6);
     } else {
@@ -139,7 +151,7 @@ static int reap_one(int block)
     charge(gpu);
     uint64_t per = XC_LOAD(&per_launch_ns);
     XC_STORE(&per_launch_ns, per == 0 ? gpu : (3 * per + gpu) / 4);
-    ring_head = (ring_head + 1) % XCUDA_MAX_INFLIGHT_CAP;
+    ring_head = (ring_head + 1) % RING_N;
     XC_STORE(&ring_count, ring_count - 1);
     __atomic_sub_fetch(&xc.use->inflight, 1, __ATOMIC_RELAXED);
     return 1;
@@ -303,11 +315,23 @@ CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t)
             wait_ns(w);
             continue;
         }
-        unsigned idx = (ring_head + ring_count) % XCUDA_MAX_INFLIGHT_CAP;
+        unsigned idx = (ring_head + ring_count) % RING_N;
         struct slot *s = &ring[idx];
-        if (prepare_slot(s) != 0 || xc_real.cuEventRecord(s->start, stream) != CUDA_SUCCESS) {
+        if (prepare_slot(s) != 0) {
             pthread_mutex_unlock(&gate_mu);
             return CUDA_SUCCESS; /* cannot measure: let it through unmeasured */
+        }
+        /* The previous launch is still outstanding after the reaping above, on this
+         * stream: the stream is busy until its end, so this one's time starts there. */
+        const struct slot *prev = ring_count ? &ring[(idx + RING_N - 1) % RING_N] : NULL;
+        pthread_t self = pthread_self();
+        s->chained = prev != NULL && prev->stream == stream && prev->ctx == s->ctx &&
+                     pthread_equal(prev->thread, self);
+        s->stream = stream;
+        s->thread = self;
+        if (!s->chained && xc_real.cuEventRecord(s->start, stream) != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&gate_mu);
+            return CUDA_SUCCESS;
         }
         s->launch_ns = xc_now_mono_ns();
         t->tracked = 1;

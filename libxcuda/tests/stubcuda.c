@@ -32,7 +32,7 @@ static uint64_t mem_total(void)
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t tail_ns;                  /* when the GPU becomes idle */
 static _Atomic uint64_t busy_ns;          /* total kernel time queued */
-static _Atomic uint64_t launches, frees_seen, mem_used;
+static _Atomic uint64_t launches, frees_seen, mem_used, records;
 static _Atomic uint64_t next_ptr = 0x7f0000000000ull;
 static int initialised;
 static struct CUctx_st { int dev; } the_ctx;
@@ -58,6 +58,7 @@ EXPORT uint64_t stub_take_max_queued_ns(void)
     return m;
 }
 EXPORT uint64_t stub_launches(void) { return launches; }
+EXPORT uint64_t stub_records(void) { return records; }
 EXPORT uint64_t stub_frees_seen(void) { return frees_seen; }
 
 /* Like a real driver's push buffer, the queue is bounded: a launch blocks
@@ -226,6 +227,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
         return CUDA_ERROR_INVALID_HANDLE;
     e->t = enqueue(0);
     launches--;
+    records++;
     e->recorded = 1;
     return CUDA_SUCCESS;
 }

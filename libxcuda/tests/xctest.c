@@ -301,6 +301,8 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
     uint64_t (*busy)(void) = (uint64_t (*)(void))(drv ? dlsym(drv, "stub_busy_ns") : NULL);
     /* ... and the most work a launch found queued (what an online kernel could meet). */
     uint64_t (*maxq)(void) = (uint64_t (*)(void))(drv ? dlsym(drv, "stub_take_max_queued_ns") : NULL);
+    /* ... and the events recorded (the launch gate's measuring cost, in driver calls). */
+    uint64_t (*records)(void) = (uint64_t (*)(void))(drv ? dlsym(drv, "stub_records") : NULL);
     double t0 = now_s(), next = t0 + 0.05;
     long n = 0, errors = 0;
     while (now_s() - t0 < secs) {
@@ -315,9 +317,11 @@ static int cmd_loop(unsigned kernel_us, double secs, int graph)
         if (t >= next) {
             struct rusage ru;
             getrusage(RUSAGE_SELF, &ru);
-            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu mono=%.6f maxq_ns=%llu nvcsw=%ld\n",
+            printf("t=%.3f launches=%ld errors=%ld busy_ns=%llu mono=%.6f maxq_ns=%llu nvcsw=%ld "
+                   "records=%llu\n",
                    t - t0, n, errors, busy ? (unsigned long long)busy() : 0ull, t,
-                   maxq ? (unsigned long long)maxq() : 0ull, ru.ru_nvcsw);
+                   maxq ? (unsigned long long)maxq() : 0ull, ru.ru_nvcsw,
+                   records ? (unsigned long long)records() : 0ull);
             fflush(stdout);
             next += 0.05;
         }

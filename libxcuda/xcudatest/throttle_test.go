@@ -19,12 +19,13 @@ type progress struct {
 	busyNS   int64
 	maxQNS   int64 // the most work a launch found queued in the last 50 ms (stub driver)
 	nvcsw    int64 // the process's voluntary context switches so far: its sleeps
+	records  int64 // events recorded so far (stub driver): the launch gate's measuring
 }
 
 func parseProgress(line string) (progress, bool) {
 	var p progress
 	var errs int64
-	n, _ := fmt.Sscanf(strings.TrimSpace(line), "t=%f launches=%d errors=%d busy_ns=%d mono=%f maxq_ns=%d nvcsw=%d", &p.at, &p.launches, &errs, &p.busyNS, &p.mono, &p.maxQNS, &p.nvcsw)
+	n, _ := fmt.Sscanf(strings.TrimSpace(line), "t=%f launches=%d errors=%d busy_ns=%d mono=%f maxq_ns=%d nvcsw=%d records=%d", &p.at, &p.launches, &errs, &p.busyNS, &p.mono, &p.maxQNS, &p.nvcsw, &p.records)
 	return p, n >= 5
 }
 
@@ -139,6 +140,39 @@ func TestThrottleShare(t *testing.T) {
 				t.Errorf("usage shows no throttling: %+v", u)
 			}
 		})
+	}
+}
+
+// TestLaunchBehindAnotherRecordsOneEvent: a throttled process launching back to back
+// records one event per launch, not two (a launch behind an outstanding one on its
+// stream is timed from that one's end), and is still charged the GPU time its kernels
+// took.
+func TestLaunchBehindAnotherRecordsOneEvent(t *testing.T) {
+	h := newHarness(t, ctlblock.Limits{ShareBP: 9000})
+	ch, wait := runLoop(t, h, 50, 1.5, "kernel")
+	var ps []progress
+	for p := range ch {
+		ps = append(ps, p)
+	}
+	wait()
+	if len(ps) < 3 {
+		t.Fatalf("too few progress lines (%d): a stalled loop", len(ps))
+	}
+	last := ps[len(ps)-1]
+	perLaunch := float64(last.records) / float64(last.launches)
+	u := h.block.Usage()
+	charged := float64(u.GPUTime) / float64(last.busyNS)
+	t.Logf("%d launches, %d events recorded (%.2f a launch); charged %v for %v of kernels (%.3f)",
+		last.launches, last.records, perLaunch, time.Duration(u.GPUTime), time.Duration(last.busyNS), charged)
+	if last.launches < 1000 {
+		t.Fatalf("only %d launches of 50 us in 1.5 s at a 90%% share", last.launches)
+	}
+	if perLaunch > 1.2 {
+		t.Errorf("%.2f events recorded a launch, want about one (two: start and end around each)", perLaunch)
+	}
+	// The charge trails the kernels by what is still in flight at the last progress line.
+	if charged < 0.9 || charged > 1.05 {
+		t.Errorf("charged %.3f of the kernels' GPU time, want about all of it", charged)
 	}
 }
 
