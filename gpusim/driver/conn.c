@@ -83,17 +83,44 @@ static int write_all(int fd, const void *p, size_t n)
 	return 0;
 }
 
-static int read_all(int fd, void *p, size_t n)
+/* What the socket delivered and no message has taken yet. One recv brings in every
+ * message waiting — event completions come one per record, and a real driver reads
+ * them from host memory without a system call each — and the reader takes messages
+ * from here. Only the connection's reader touches it: the thread in read_as_reader,
+ * or a thread holding gs_rx_mu while nobody reads (gs_poll). */
+static char rx_buf[64 * 1024];
+static size_t rx_start, rx_end;
+
+/* rx_fill reads what the socket has into the empty buffer: with MSG_DONTWAIT, 0 when
+ * nothing is waiting; otherwise it waits for at least one byte. -1: closed or failed. */
+static int rx_fill(int flags)
+{
+	rx_start = rx_end = 0;
+	for (;;) {
+		ssize_t r = recv(gs_fd, rx_buf, sizeof rx_buf, flags);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (flags & MSG_DONTWAIT) && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (r <= 0)
+			return -1;
+		rx_end = (size_t)r;
+		return 1;
+	}
+}
+
+/* rx_take copies the next n bytes of the stream to p, waiting for them as needed. */
+static int rx_take(void *p, size_t n)
 {
 	char *c = p;
 	while (n > 0) {
-		ssize_t r = recv(fd, c, n, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
+		if (rx_start == rx_end && rx_fill(0) <= 0)
 			return -1;
-		c += r;
-		n -= (size_t)r;
+		size_t k = rx_end - rx_start < n ? rx_end - rx_start : n;
+		memcpy(c, rx_buf + rx_start, k);
+		rx_start += k;
+		c += k;
+		n -= k;
 	}
 	return 0;
 }
@@ -116,12 +143,12 @@ CUresult gs_send(void *msg, uint32_t len)
 static int read_one(void)
 {
 	struct gs_hdr h;
-	if (read_all(gs_fd, &h, sizeof h) != 0 || h.len < sizeof h || h.len > GS_MAX_MSG)
+	if (rx_take(&h, sizeof h) != 0 || h.len < sizeof h || h.len > GS_MAX_MSG)
 		return -1;
 	uint32_t rest = h.len - (uint32_t)sizeof h;
 	char small[512];
 	char *body = rest <= sizeof small ? small : malloc(rest);
-	if (body == NULL || read_all(gs_fd, body, rest) != 0) {
+	if (body == NULL || rx_take(body, rest) != 0) {
 		if (body != small)
 			free(body);
 		return -1;
@@ -221,10 +248,9 @@ int gs_poll(void)
 		pthread_mutex_unlock(&gs_rx_mu);
 		return 0;
 	}
-	char b;
-	ssize_t n = recv(gs_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	int n = rx_start < rx_end ? 1 : rx_fill(MSG_DONTWAIT);
 	if (n <= 0) {
-		if (n == 0)
+		if (n < 0)
 			atomic_store(&gs_dead, 1);
 		pthread_mutex_unlock(&gs_rx_mu);
 		return 0;
