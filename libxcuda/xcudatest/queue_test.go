@@ -216,15 +216,7 @@ func TestHoldAheadRegularPace(t *testing.T) {
 // and no more than that, so a cut still bites within the budget.
 func TestDefaultInflightIsTimeBudget(t *testing.T) {
 	off := newHarness(t, ctlblock.Limits{ShareBP: 9000})
-	ch, wait := runLoop(t, off, 20, 1.0, "kernel")
-	var ps []progress
-	for p := range ch {
-		ps = append(ps, p)
-	}
-	wait()
-	if len(ps) < 3 {
-		t.Fatalf("too few progress lines (%d): a stalled loop", len(ps))
-	}
+	ps := runLoopToEnd(t, off, 20, 1.0)
 	most, _ := maxQueued(ps, 0, 1e18)
 	t.Logf("20 us kernels, default max_inflight: most work queued %v", time.Duration(most))
 	if most < int64(150*time.Microsecond) {

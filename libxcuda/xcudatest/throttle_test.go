@@ -29,6 +29,22 @@ func parseProgress(line string) (progress, bool) {
 	return p, n >= 5
 }
 
+// runLoopToEnd runs xctest loop of kernels to its end and returns its progress lines
+// (at least three: fewer is a stalled loop).
+func runLoopToEnd(t *testing.T, h *harness, kernelUS int, secs float64) []progress {
+	t.Helper()
+	ch, wait := runLoop(t, h, kernelUS, secs, "kernel")
+	var ps []progress
+	for p := range ch {
+		ps = append(ps, p)
+	}
+	wait()
+	if len(ps) < 3 {
+		t.Fatalf("too few progress lines (%d): a stalled loop", len(ps))
+	}
+	return ps
+}
+
 // runLoop starts xctest loop and streams its progress lines.
 func runLoop(t *testing.T, h *harness, kernelUS int, secs float64, kind string) (<-chan progress, func() string) {
 	t.Helper()
@@ -149,15 +165,7 @@ func TestThrottleShare(t *testing.T) {
 // took.
 func TestLaunchBehindAnotherRecordsOneEvent(t *testing.T) {
 	h := newHarness(t, ctlblock.Limits{ShareBP: 9000})
-	ch, wait := runLoop(t, h, 50, 1.5, "kernel")
-	var ps []progress
-	for p := range ch {
-		ps = append(ps, p)
-	}
-	wait()
-	if len(ps) < 3 {
-		t.Fatalf("too few progress lines (%d): a stalled loop", len(ps))
-	}
+	ps := runLoopToEnd(t, h, 50, 1.5)
 	last := ps[len(ps)-1]
 	perLaunch := float64(last.records) / float64(last.launches)
 	u := h.block.Usage()
