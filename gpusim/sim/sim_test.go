@@ -607,3 +607,18 @@ func TestOpTraceNamesEachOperation(t *testing.T) {
 		t.Errorf("%d kernel lines, want 2:\n%s", kernels, buf.String())
 	}
 }
+
+// TestUtilisationOnAYoungDevice: work done before the first utilisation sample still
+// counts in the window average of a device younger than the window (NVML's figure for a
+// GPU that just ran a few milliseconds of kernels is not 0).
+func TestUtilisationOnAYoungDevice(t *testing.T) {
+	s := newTestSim(t, "h100")
+	a := newProc(t, s, 1, 0, 0)
+	a.run(t, 11, 132, 5) // ~5 ms of kernels at once, before the first 50 ms sample
+	time.Sleep(170 * time.Millisecond)
+	st, _ := s.Stats(0)
+	if st.Util <= 0 || st.MemUtil <= 0 {
+		t.Errorf("%.0f ms of kernels, then samples: window utilisation %.2f%%, memory %.2f%%, want both above 0",
+			st.BusyNs/1e6, st.Util, st.MemUtil)
+	}
+}
