@@ -282,10 +282,16 @@ func TestDirtyExitFaultsMPSNeighbours(t *testing.T) {
 			if mps {
 				startMPS(t, d)
 			}
-			online := spawn(t, d, nil, a.Infer, "--rate", "constant:100", "--duration", "1.5", "--io-bytes", "0")
-			// one 1s kernel: whenever it is killed, it has a kernel in flight
+			// long enough to outlive the neighbour's start on a loaded machine
+			// (under MPS it ends at the fault)
+			online := spawn(t, d, nil, a.Infer, "--rate", "constant:100", "--duration", "4", "--io-bytes", "0")
+			waitLaunches(t, d, online)
+			// one 0.5s kernel: whenever it is killed, it has a kernel in flight
 			offline := spawn(t, d, nil, a.Train, "--iters", "1", "--kernels", "1", "--big-share", "1", "--kernel-us", "500000", "--mem", "0")
 			waitLaunches(t, d, offline)
+			if _, ok, _ := d.Process(context.Background(), 0, online.cmd.Process.Pid); !ok {
+				t.Fatal("the online client ended before its neighbour was killed: nothing was tested")
+			}
 			_ = offline.cmd.Process.Signal(syscall.SIGKILL) // dies with kernels in flight
 			_ = offline.cmd.Wait()
 			m, code := online.wait(t)
