@@ -179,3 +179,55 @@ func (b *Bus) Observe(u BusUse, now time.Time) (bound bool, online, offline floa
 	}
 	return !b.at.IsZero() && now.Sub(b.at) < WidthMemory, online, offline
 }
+
+// FitHeld chooses which of a GPU's offline containers may run as fitting its MPS budget
+// when together they may hold more of it than it has: MPS fixes a process's active-thread
+// percentage when it starts, so a job that started alone keeps the whole budget after a
+// neighbour comes. held is each container's percentage (what its processes may hold,
+// 1..100; anything else never fits), budget the GPU's in percent. It returns the set
+// whose percentages sum highest without passing the budget, preferring, among sets of
+// the same sum, the containers in prev (those that fitted last period: a container that
+// stops fitting goes back to bounded launches, so the set should not turn over while it
+// need not), then more of them. Those outside the set stay bounded, so that the SMs the
+// fitted ones may hold and the online kernels' room never overlap.
+func FitHeld(held []uint32, budget float64, prev []bool) []bool {
+	fit := make([]bool, len(held))
+	room := int(math.Floor(budget + 0.5))
+	if room <= 0 || math.IsNaN(budget) {
+		return fit
+	}
+	room = min(room, 100*len(held))
+	// 0/1 knapsack over whole percents: value is the sum first, then the previous
+	// members, then the count (each term below the step of the one before it).
+	n := len(held)
+	step := int64(n + 1)
+	value := func(i int) int64 {
+		v := int64(held[i])*step*step + 1
+		if i < len(prev) && prev[i] {
+			v += step
+		}
+		return v
+	}
+	best := make([]int64, room+1)
+	take := make([][]bool, n) // take[i][w]: item i is in the best set of weight <= w over items 0..i
+	for i := range n {
+		take[i] = make([]bool, room+1)
+		h := int(held[i])
+		if h <= 0 || h > 100 || h > room {
+			continue
+		}
+		v := value(i)
+		for w := room; w >= h; w-- {
+			if c := best[w-h] + v; c > best[w] {
+				best[w], take[i][w] = c, true
+			}
+		}
+	}
+	for i, w := n-1, room; i >= 0; i-- {
+		if take[i][w] {
+			fit[i] = true
+			w -= int(held[i])
+		}
+	}
+	return fit
+}

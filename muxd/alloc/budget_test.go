@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -123,5 +124,36 @@ func TestBusContention(t *testing.T) {
 	var d Bus
 	if bound, on, off := d.Observe(BusUse{OnlineUtil: 0.5, OnlineMem: 0.5, OfflineUtil: 0.5, OfflineMem: 0.5}, now); bound || on != 0 || off != 0 {
 		t.Errorf("a reading without memory figures: bound %v %.2f %.2f, want false 0 0", bound, on, off)
+	}
+}
+
+func TestFitHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		held   []uint32
+		budget float64
+		prev   []bool
+		want   []bool
+	}{
+		{"all fit", []uint32{25, 25}, 50, nil, []bool{true, true}},
+		{"first took the whole budget", []uint32{50, 25}, 50, nil, []bool{true, false}},
+		// largest-first would fit the 30 alone
+		{"the best sum, not the largest first", []uint32{30, 25, 25}, 50, nil, []bool{false, true, true}},
+		{"four jobs over 70", []uint32{70, 35, 23, 17}, 70, nil, []bool{true, false, false, false}},
+		{"equal sums keep last period's", []uint32{25, 25, 25}, 50, []bool{false, true, true}, []bool{false, true, true}},
+		{"equal sums keep last period's, other order", []uint32{25, 25, 25}, 50, []bool{true, false, true}, []bool{true, false, true}},
+		{"a bigger sum wins over last period's", []uint32{20, 30, 15}, 50, []bool{true, false, true}, []bool{true, true, false}},
+		{"unknown or whole-GPU holdings never fit", []uint32{0, 100, 101, 40}, 70, nil, []bool{false, false, false, true}},
+		{"no budget", []uint32{10}, 0, nil, []bool{false}},
+		{"NaN budget", []uint32{10}, math.NaN(), nil, []bool{false}},
+		{"rounding to whole percents", []uint32{50}, 49.6, nil, []bool{true}},
+		{"none", nil, 70, nil, []bool{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := FitHeld(tc.held, tc.budget, tc.prev)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("FitHeld(%v, %v, %v) = %v, want %v", tc.held, tc.budget, tc.prev, got, tc.want)
+			}
+		})
 	}
 }

@@ -213,8 +213,11 @@ type GPU struct {
 	OfflineMPSPowerCapped bool `json:"offline_mps_power_capped,omitempty"`
 	// OfflineMPSHeld: the budget fits, but the offline processes may hold this much
 	// (percent, summed: MPS fixed their percentages when they started, before their
-	// neighbours came), more than the budget: offline stays bounded until they go.
-	OfflineMPSHeld float64 `json:"offline_mps_held,omitempty"`
+	// neighbours came), more than the budget: only OfflineMPSFitted of the offline
+	// containers fit it (the set whose percentages sum highest within it), the others
+	// keep their launches bounded for online work until some go.
+	OfflineMPSHeld   float64 `json:"offline_mps_held,omitempty"`
+	OfflineMPSFitted int     `json:"offline_mps_fitted,omitempty"`
 	// OfflineMPSMemBound: the budget fits, but the online and offline kernels together ask
 	// for more memory bandwidth than the GPU has while they run (OnlineMemBW +
 	// OfflineMemBW, percent of the bus, above 90%): offline keeps its launches bounded for

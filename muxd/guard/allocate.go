@@ -117,12 +117,12 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		if d.Burst {
 			f.fits = false
 		}
-		if held := g.heldMPS(v.offline); f.fits && held > f.budget*100+0.5 {
-			f.fits, f.held = false, held
+		if f.fits {
+			g.fitHeld(&f, v.offline, st)
 		}
 	}
-	if f.width != st.fit.width || f.budget != st.fit.budget {
-		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped, "held", pct(f.held))
+	if f.width != st.fit.width || f.budget != st.fit.budget || f.fitted != st.fit.fitted {
+		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped, "held", f.held, "fitted", f.fitted, "offline", len(v.offline))
 	}
 	if f.busBound != st.fit.busBound {
 		g.Log.Info("memory bandwidth", "gpu", v.status.UUID, "contended", f.busBound, "online_bw", pct(f.busOnline), "offline_bw", pct(f.busOffline), "max", pct(alloc.BusMax))
@@ -131,25 +131,50 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 	return f
 }
 
-// heldMPS sums the MPS active-thread percentages a GPU's offline containers' processes
-// may hold (loop.given), reading a container's block the first time it is seen (its
-// first limits, blocks.InitialLimits).
-func (g *Guard) heldMPS(offline []api.Container) float64 {
-	sum := 0.0
-	for _, c := range offline {
-		p, ok := g.loop.given[c.ID]
-		if !ok {
-			b := g.Blocks.Block(c.ID)
-			if b == nil {
-				sum += 100 // no limits yet: nothing bounds it (remembered once they exist)
-				continue
-			}
-			p = offeredMPS(b.Limits().MPSActiveThreadPercent)
-			g.loop.given[c.ID] = p
-		}
-		sum += float64(p)
+// fitHeld says which of a GPU's offline containers fit its MPS budget (f.fitIn, by
+// alloc.FitHeld) from the percentages their processes may hold: all of them unless, from
+// before their neighbours came, those sum above the budget (f.held, percent). Last
+// period's set is kept where another would not fit more. g.mu held.
+func (g *Guard) fitHeld(f *mpsFit, offline []api.Container, st *gpuState) {
+	held := make([]uint32, len(offline))
+	prev := make([]bool, len(offline))
+	var sum uint32
+	for j, c := range offline {
+		held[j] = g.heldMPS(c.ID)
+		prev[j] = st.fitIn[c.ID]
+		sum += held[j]
 	}
-	return sum
+	f.fitPct = held
+	f.fitIn = alloc.FitHeld(held, f.budget*100, prev)
+	if float64(sum) > f.budget*100+0.5 {
+		f.held = float64(sum)
+	}
+	clear(st.fitIn)
+	if st.fitIn == nil {
+		st.fitIn = map[string]bool{}
+	}
+	for j, c := range offline {
+		if f.fitIn[j] {
+			st.fitIn[c.ID] = true
+			f.fitted++
+		}
+	}
+}
+
+// heldMPS is the MPS active-thread percentage an offline container's processes may hold
+// (loop.given), reading its block the first time it is seen (its first limits,
+// blocks.InitialLimits). g.mu held.
+func (g *Guard) heldMPS(id string) uint32 {
+	p, ok := g.loop.given[id]
+	if !ok {
+		b := g.Blocks.Block(id)
+		if b == nil {
+			return 100 // no limits yet: nothing bounds it (remembered once they exist)
+		}
+		p = offeredMPS(b.Limits().MPSActiveThreadPercent)
+		g.loop.given[id] = p
+	}
+	return p
 }
 
 // offeredMPS is what an MPS active-thread percentage in a block lets a process take:
@@ -165,7 +190,8 @@ func offeredMPS(p uint32) uint32 {
 type ceilingParts struct {
 	ceilings map[string]api.Ceiling
 	mpsPart  map[string]float64 // part of the GPU's MPS budget, for the MPS percentage
-	fits     map[string]bool    // every GPU's MPS budget leaves its online kernels room
+	fits     map[string]bool    // it fits every GPU's MPS budget, which leaves the online kernels room
+	fitPct   map[string]uint32  // the MPS percentage its processes may hold, as fitted
 	paused   map[string]bool
 	claims   []alloc.Claim
 }
@@ -176,17 +202,19 @@ type ceilingParts struct {
 // MPS budget (the class's sm_max, or less so that the online kernels fit:
 // alloc.FitBudget); a container on several GPUs gets the smallest of its parts, and never
 // more than its own ceiling (blocks.OwnCeiling). Where every GPU of a container has a
-// budget that fits, its block says up to which percentage its processes leave the online
-// kernels room (their launches then need not be bounded for them). A GPU whose health stops offline work
+// budget that fits, and the container is among those that fit it (fitHeld), its block
+// says up to which percentage its processes leave the online kernels room (their
+// launches then need not be bounded for them). A GPU whose health stops offline work
 // pauses its offline containers.
 func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *policy.Policy) {
 	cp := &g.loop.parts
 	if cp.ceilings == nil {
-		cp.ceilings, cp.mpsPart, cp.fits, cp.paused = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}, map[string]bool{}
+		cp.ceilings, cp.mpsPart, cp.fits, cp.fitPct, cp.paused = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}, map[string]uint32{}, map[string]bool{}
 	}
 	clear(cp.ceilings)
 	clear(cp.mpsPart)
 	clear(cp.fits)
+	clear(cp.fitPct)
 	clear(cp.paused)
 	for i, v := range sv.views {
 		claims := cp.claims[:0]
@@ -213,7 +241,10 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				cp.mpsPart[id] = mps[j]
 			}
 			if f, ok := cp.fits[id]; !ok || f {
-				cp.fits[id] = fit.fits
+				cp.fits[id] = fit.fits && fit.fitIn[j]
+			}
+			if fit.fits && fit.fitIn[j] {
+				cp.fitPct[id] = max(cp.fitPct[id], fit.fitPct[j])
 			}
 			if stop {
 				cp.paused[id] = true
@@ -223,7 +254,10 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 	for id, c := range cp.ceilings {
 		c.MPSThreadPercent = mpsPercent(cp.mpsPart[id])
 		if cp.fits[id] && !cp.paused[id] {
-			c.FitPercent = c.MPSThreadPercent
+			// what its processes were counted at: those started at a larger part, before
+			// their neighbours came, fit where that was counted; a part that grew this
+			// period is counted from the next
+			c.FitPercent = cp.fitPct[id]
 		}
 		switch {
 		case cp.paused[id]:

@@ -45,9 +45,9 @@ func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
 		{name: "half-GPU kernels: 50%", widths: []uint32{widthBP(5000)}, offline: 1, mps: 50, fit: 50, fits: true},
 		{name: "half-GPU kernels, two offline: 25% each", widths: []uint32{widthBP(5000)}, offline: 2, mps: 25, fit: 25, fits: true},
 		{name: "two offline that started at sm_max before the width was seen: sized, but bounded", widths: []uint32{widthBP(5000)},
-			offline: 2, mps: 25, started: 70, held: 140},
+			offline: 2, mps: 25, fits: true, started: 70, held: 140},
 		{name: "an offline container without an MPS limit may hold the whole GPU", widths: []uint32{widthBP(2000)},
-			offline: 1, mps: 70, started: 100, held: 100},
+			offline: 1, mps: 70, fits: true, started: 100, held: 100},
 		{name: "narrow kernels: sm_max still binds", widths: []uint32{widthBP(2000)}, offline: 1, mps: 70, fit: 70, fits: true},
 		{name: "kernels too wide to fit above fit_min: sm_max, nothing fits", widths: []uint32{widthBP(8000)}, offline: 1, mps: 70},
 		{name: "GPU-filling kernels", widths: []uint32{widthBP(10000)}, offline: 1, mps: 70},
@@ -84,6 +84,9 @@ func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
 			}
 			if st.MPSHeld != tc.held {
 				t.Errorf("GPU status: offline processes hold %v%%, want %v%%", st.MPSHeld, tc.held)
+			}
+			if want := map[bool]int{true: tc.offline}[tc.fit > 0]; st.MPSFitted != want {
+				t.Errorf("GPU status: %d offline containers fit, want %d", st.MPSFitted, want)
 			}
 		})
 	}
@@ -144,8 +147,9 @@ func TestPowerCapKeepsOfflineHolding(t *testing.T) {
 // MPS fixes a process's active-thread percentage when it creates its context: an offline
 // container that started alone beside the online service (the whole fitted budget) keeps
 // that much when a second one joins, so the two together no longer leave the online
-// kernels room. The budget is split for new processes, but neither block says it fits
-// (both keep their launches bounded) until the first one has gone.
+// kernels room. The budget is split for new processes; the first still fits it alone, so
+// its block says so at the percentage its processes hold, and the second keeps its
+// launches bounded until the first has gone.
 func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	svc, first, second := running("svc", api.Online, 100, "0"), running("first", api.Offline, 200, "0"), running("second", api.Offline, 201, "0")
 	f := setup(t, svc, first, second)
@@ -160,19 +164,29 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	}
 	f.g.Containers = list{svc, first, second}
 	f.startedAt(t, "second", 25)
-	f.g.Step(context.Background(), now.Add(100*time.Millisecond))
-	for _, id := range []string{"first", "second"} {
-		if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != 25 || l.Signal.FitPercent != 0 {
-			t.Errorf("%s beside a neighbour that holds 50%%: MPS %d%%, fit %d%%; want 25%% and 0", id, l.MPSActiveThreadPercent, l.Signal.FitPercent)
+	for i := range 3 { // the set that fits stays
+		f.g.Step(context.Background(), now.Add(time.Duration(i+1)*100*time.Millisecond))
+		for id, want := range map[string]uint32{"first": 50, "second": 0} {
+			if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != 25 || l.Signal.FitPercent != want {
+				t.Errorf("period %d: %s beside a neighbour, together 75%%: MPS %d%%, fit %d%%; want 25%% and %d%%", i, id, l.MPSActiveThreadPercent, l.Signal.FitPercent, want)
+			}
 		}
 	}
-	if st := f.status(t, "GPU-a"); st.Fits || st.MPSHeld != 75 {
-		t.Errorf("GPU status: fits %v, held %v%%; want false and 75%%", st.Fits, st.MPSHeld)
+	if st := f.status(t, "GPU-a"); !st.Fits || st.MPSHeld != 75 || st.MPSFitted != 1 {
+		t.Errorf("GPU status: fits %v, held %v%%, %d fitted; want true, 75%%, 1", st.Fits, st.MPSHeld, st.MPSFitted)
 	}
 	f.g.Containers = list{svc, second}
-	f.g.Step(context.Background(), now.Add(200*time.Millisecond))
-	if l := f.blk["second"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 50 {
-		t.Errorf("the first gone: MPS %d%%, fit %d%%; want 50%% and 50%% (its processes started at 25%%)", l.MPSActiveThreadPercent, l.Signal.FitPercent)
+	f.g.Step(context.Background(), now.Add(500*time.Millisecond))
+	// its processes started at 25%; new ones get 50%, counted from the next period
+	if l := f.blk["second"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 25 {
+		t.Errorf("the first gone: MPS %d%%, fit %d%%; want 50%% and 25%%", l.MPSActiveThreadPercent, l.Signal.FitPercent)
+	}
+	f.g.Step(context.Background(), now.Add(600*time.Millisecond))
+	if l := f.blk["second"].Limits(); l.Signal.FitPercent != 50 {
+		t.Errorf("a period later: fit %d%%, want 50%%", l.Signal.FitPercent)
+	}
+	if st := f.status(t, "GPU-a"); st.MPSHeld != 0 || st.MPSFitted != 1 {
+		t.Errorf("GPU status alone: held %v%%, %d fitted; want 0 and 1", st.MPSHeld, st.MPSFitted)
 	}
 }
 

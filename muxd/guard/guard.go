@@ -136,6 +136,8 @@ type gpuState struct {
 	width alloc.Width
 	bus   alloc.Bus
 	fit   mpsFit
+	// fitIn is the offline containers that fitted the MPS budget last period (by ID).
+	fitIn map[string]bool
 	// powerCapped is when the GPU last ran at its power cap with online work on it.
 	powerCapped time.Time
 }
@@ -149,8 +151,13 @@ type mpsFit struct {
 	// every offline SM slows the online kernels' clock: offline stays bounded.
 	powerCapped bool
 	// held: the budget fits, but the offline containers' processes may hold more than
-	// it (percent, summed: see loop.given), so it does not: offline stays bounded.
-	held float64
+	// it (percent, summed: see loop.given), from before their neighbours came: only
+	// those in fitIn (fitted of them) fit it, the others stay bounded. fitPct is what
+	// each was counted at (both in the order of the GPU's offline containers).
+	held   float64
+	fitIn  []bool
+	fitPct []uint32
+	fitted int
 	// busBound: the budget fits, but the online and offline kernels together ask for more
 	// memory bandwidth than the GPU has (alloc.Bus): offline stays bounded. busOnline and
 	// busOffline are the two classes' bandwidth while they run (shares of the bus).
@@ -187,9 +194,11 @@ type Status struct {
 	// stays bounded for online work (a lower clock slows the online kernels too).
 	PowerCapped bool `json:"power_capped,omitempty"`
 	// MPSHeld: the budget fits, but the offline processes may hold this much (percent,
-	// summed), more than the budget, from before their neighbours came: offline stays
-	// bounded until they go.
-	MPSHeld float64 `json:"mps_held,omitempty"`
+	// summed), more than the budget, from before their neighbours came: only MPSFitted
+	// of the offline containers fit it (the set whose percentages sum highest within
+	// it); the others stay bounded until some go.
+	MPSHeld   float64 `json:"mps_held,omitempty"`
+	MPSFitted int     `json:"mps_fitted,omitempty"`
 	// MemBound: the budget fits, but the online and offline kernels together ask for more
 	// memory bandwidth than the GPU has (alloc.Bus), so offline stays bounded.
 	// OnlineMemBW and OfflineMemBW are each class's share of the bandwidth while its
@@ -355,7 +364,7 @@ func (g *Guard) Statuses() []Status {
 			s.DemandSource, s.Reason, s.Changed, s.OfflineContainers = st.source, st.reason, st.changed, st.offline
 			s.ReasonKey, s.History = st.reasonKey, slices.Clone(st.history)
 			s.OnlineWidth, s.MPSBudget, s.Fits, s.PowerCapped = st.fit.width, st.fit.budget, st.fit.fits, st.fit.powerCapped
-			s.MPSHeld = st.fit.held
+			s.MPSHeld, s.MPSFitted = st.fit.held, st.fit.fitted
 			s.MemBound, s.OnlineMemBW, s.OfflineMemBW = st.fit.busBound, st.fit.busOnline, st.fit.busOffline
 		}
 		out = append(out, s)

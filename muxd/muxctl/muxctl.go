@@ -290,12 +290,12 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 func offlineMPS(g api.GPU) string {
 	s := fmt.Sprintf("%.0f%%", g.OfflineMPS)
 	switch {
+	case g.OfflineMPSFits && g.OfflineMPSHeld > 0:
+		s += fmt.Sprintf(" (fits online %.0f%%; offline holds %.0f%%: %d of %d fit, the others bounded)", g.OnlineWidth, g.OfflineMPSHeld, g.OfflineMPSFitted, g.OfflineContainers)
 	case g.OfflineMPSFits:
 		s += fmt.Sprintf(" (fits online %.0f%%)", g.OnlineWidth)
 	case g.OfflineMPSPowerCapped:
 		s += fmt.Sprintf(" (fits online %.0f%%; power-capped: offline bounded)", g.OnlineWidth)
-	case g.OfflineMPSHeld > 0:
-		s += fmt.Sprintf(" (fits online %.0f%%; offline holds %.0f%%: bounded)", g.OnlineWidth, g.OfflineMPSHeld)
 	case g.OfflineMPSMemBound:
 		s += fmt.Sprintf(" (fits online %.0f%%; memory bandwidth online %.0f%% + offline %.0f%%: bounded)", g.OnlineWidth, g.OnlineMemBW, g.OfflineMemBW)
 	case g.OnlineWidth > 0:
