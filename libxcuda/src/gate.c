@@ -119,9 +119,16 @@ static void refill(uint32_t share)
     }
 }
 
+/* The bucket is charged in SM time where this process's contexts are bounded to a part
+ * of the SMs that leaves the online kernels room (its MPS percentage, xc_signal_fitted):
+ * a kernel there holds only that part of the GPU while it runs, and the share is the
+ * GPU's. Elsewhere a kernel may hold every SM it can get, and so counts whole. */
 static void charge(uint64_t gpu_ns)
 {
-    __atomic_sub_fetch(&xc.use->bucket_tokens_ns, (int64_t)gpu_ns, __ATOMIC_ACQ_REL);
+    uint64_t cost = gpu_ns;
+    if (xc_mps_pct > 0 && xc_mps_pct < 100 && xc_signal_fitted())
+        cost = gpu_ns * xc_mps_pct / 100;
+    __atomic_sub_fetch(&xc.use->bucket_tokens_ns, (int64_t)cost, __ATOMIC_ACQ_REL);
     XC_ADD(&xc.use->gpu_time_ns, gpu_ns);
 }
 
@@ -185,12 +192,13 @@ static unsigned max_inflight(void)
     }
     if (m > XCUDA_MAX_INFLIGHT_CAP)
         m = XCUDA_MAX_INFLIGHT_CAP;
-    if (m > 1 && xc_signal_online_recent(xc_now_mono_ns())) {
+    if (m > 1 && xc_signal_online_seen(xc_now_mono_ns())) {
         /* Online is active on this GPU: what is queued here runs before (or beside) its
-         * next request, and held launches cannot take back SMs. Keep at most the queue
-         * budget of GPU time outstanding, at this process's measured time per launch;
-         * one launch always goes, so offline progresses, and many tiny kernels still
-         * overlap. */
+         * next request, and held launches cannot take back SMs (nor, where this
+         * process leaves the online kernels their SMs, the memory traffic and the
+         * blocks beside theirs). Keep at most the queue budget of GPU time
+         * outstanding, at this process's measured time per launch; one launch always
+         * goes, so offline progresses, and many tiny kernels still overlap. */
         uint64_t per = XC_LOAD(&per_launch_ns);
         uint64_t q = xc_gate_queue_ns();
         uint64_t n = per == 0 ? 1 : q / per;

@@ -421,11 +421,21 @@ static int fits_now(void)
     return xc_mps_pct > 0 && fit > 0 && fit <= 100 && xc_mps_pct <= fit;
 }
 
-int xc_signal_online_recent(uint64_t now)
+int xc_signal_fitted(void)
+{
+    return atomic_load_explicit(&fitted, memory_order_relaxed);
+}
+
+int xc_signal_online_seen(uint64_t now)
 {
     uint64_t seen = XC_LOAD(&online_seen);
     return xc_sig.n != 0 && !xc_sig.pub && seen != 0 && now >= seen &&
-           now - seen < XCUDA_SHRINK_NS && !atomic_load_explicit(&fitted, memory_order_relaxed);
+           now - seen < XCUDA_SHRINK_NS;
+}
+
+int xc_signal_online_recent(uint64_t now)
+{
+    return xc_signal_online_seen(now) && !xc_signal_fitted();
 }
 
 /* Refreshes `fitted`; a follower with one slot that was bounding goes back to its slot. */
