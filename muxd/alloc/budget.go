@@ -192,11 +192,21 @@ func (b *Bus) Observe(u BusUse, now time.Time) (bound bool, online, offline floa
 // fitted ones may hold and the online kernels' room never overlap.
 func FitHeld(held []uint32, budget float64, prev []bool) []bool {
 	fit := make([]bool, len(held))
-	room := int(math.Floor(budget + 0.5))
-	if room <= 0 || math.IsNaN(budget) {
+	if !(budget >= 0.5) { // NaN too
 		return fit
 	}
-	room = min(room, 100*len(held))
+	room := int(math.Floor(math.Min(budget, 100) + 0.5))
+	sum := 0
+	for i, h := range held {
+		if h > 0 && h <= 100 {
+			fit[i] = true
+			sum += int(h)
+		}
+	}
+	if sum <= room {
+		return fit // the usual case: they all fit
+	}
+	clear(fit)
 	// 0/1 knapsack over whole percents: value is the sum first, then the previous
 	// members, then the count (each term below the step of the one before it).
 	n := len(held)

@@ -146,6 +146,7 @@ func TestFitHeld(t *testing.T) {
 		{"unknown or whole-GPU holdings never fit", []uint32{0, 100, 101, 40}, 70, nil, []bool{false, false, false, true}},
 		{"no budget", []uint32{10}, 0, nil, []bool{false}},
 		{"NaN budget", []uint32{10}, math.NaN(), nil, []bool{false}},
+		{"a budget past the GPU is the GPU", []uint32{60, 60}, math.Inf(1), nil, []bool{true, false}},
 		{"rounding to whole percents", []uint32{50}, 49.6, nil, []bool{true}},
 		{"none", nil, 70, nil, []bool{}},
 	} {
