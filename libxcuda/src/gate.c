@@ -119,16 +119,9 @@ static void refill(uint32_t share)
     }
 }
 
-/* The bucket is charged in SM time where this process's contexts are bounded to a part
- * of the SMs that leaves the online kernels room (its MPS percentage, xc_signal_fitted):
- * a kernel there holds only that part of the GPU while it runs, and the share is the
- * GPU's. Elsewhere a kernel may hold every SM it can get, and so counts whole. */
 static void charge(uint64_t gpu_ns)
 {
-    uint64_t cost = gpu_ns;
-    if (xc_mps_pct > 0 && xc_mps_pct < 100 && xc_signal_fitted())
-        cost = gpu_ns * xc_mps_pct / 100;
-    __atomic_sub_fetch(&xc.use->bucket_tokens_ns, (int64_t)cost, __ATOMIC_ACQ_REL);
+    __atomic_sub_fetch(&xc.use->bucket_tokens_ns, (int64_t)gpu_ns, __ATOMIC_ACQ_REL);
     XC_ADD(&xc.use->gpu_time_ns, gpu_ns);
 }
 

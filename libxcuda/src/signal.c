@@ -421,7 +421,7 @@ static int fits_now(void)
     return xc_mps_pct > 0 && fit > 0 && fit <= 100 && xc_mps_pct <= fit;
 }
 
-int xc_signal_fitted(void)
+static int xc_signal_fitted(void)
 {
     return atomic_load_explicit(&fitted, memory_order_relaxed);
 }

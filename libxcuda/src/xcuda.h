@@ -262,14 +262,10 @@ void xc_signal_launch(void);
  * offline process then keeps at most the queue budget of measured work in flight, so
  * that little of it is queued ahead of the next online request (online_seen), and one
  * that does not leave the online kernels room bounds its work even when unthrottled
- * (online_recent: seen and not xc_signal_fitted). */
+ * (online_recent: seen, and its MPS percentage does not leave the online kernels room). */
 #define XCUDA_SHRINK_NS 100000000ull
 int xc_signal_online_seen(uint64_t now);
 int xc_signal_online_recent(uint64_t now);
-
-/* Offline: this process's MPS percentage leaves the online kernels of its GPUs room
- * (muxd said so in the limits; refreshed on the launch slow path). */
-int xc_signal_fitted(void);
 
 /* Online: a synchronisation returned, or the process exits: nothing pending. */
 void xc_signal_idle(void);

@@ -204,7 +204,8 @@ type ceilingParts struct {
 // more than its own ceiling (blocks.OwnCeiling). Where every GPU of a container has a
 // budget that fits, and the container is among those that fit it (fitHeld), its block
 // says up to which percentage its processes leave the online kernels room (their
-// launches then need not be bounded for them). A GPU whose health stops offline work
+// launches then need not be bounded for them), and its launch-gate share on that GPU is
+// the whole ceiling rather than a split of it. A GPU whose health stops offline work
 // pauses its offline containers.
 func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *policy.Policy) {
 	cp := &g.loop.parts
@@ -228,6 +229,15 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		stop := healthOf(v.status.State) == alloc.Stop
 		for j, c := range v.offline {
 			id := c.ID
+			fitted := fit.fits && fit.fitIn[j]
+			if fitted {
+				// Its kernels hold only its part of the SMs, apart from the online
+				// kernels' room and from the other fitted containers' parts: it may
+				// run as often as the GPU's ceiling lets offline work run at all.
+				// Those that may take any SM split the ceiling among all.
+				gate[j] = math.Min(claims[j].Cap, decisions[i].Share)
+				parts[j] = decisions[i].Share
+			}
 			old, ok := cp.ceilings[id]
 			if !ok || gate[j] < old.Percent {
 				old.Percent = gate[j]
@@ -241,9 +251,9 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				cp.mpsPart[id] = mps[j]
 			}
 			if f, ok := cp.fits[id]; !ok || f {
-				cp.fits[id] = fit.fits && fit.fitIn[j]
+				cp.fits[id] = fitted
 			}
-			if fit.fits && fit.fitIn[j] {
+			if fitted {
 				cp.fitPct[id] = max(cp.fitPct[id], fit.fitPct[j])
 			}
 			if stop {

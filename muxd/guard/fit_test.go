@@ -172,8 +172,17 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 			}
 		}
 	}
-	if st := f.status(t, "GPU-a"); !st.Fits || st.MPSHeld != 75 || st.MPSFitted != 1 {
+	st := f.status(t, "GPU-a")
+	if !st.Fits || st.MPSHeld != 75 || st.MPSFitted != 1 {
 		t.Errorf("GPU status: fits %v, held %v%%, %d fitted; want true, 75%%, 1", st.Fits, st.MPSHeld, st.MPSFitted)
+	}
+	// the one that fits keeps to its SMs and may run for the whole ceiling; the other
+	// may take any SM and has its half of it
+	for id, want := range map[string]float64{"first": st.OfflineShare, "second": st.OfflineShare / 2} {
+		l := f.blk[id].Limits()
+		if got := float64(l.ShareBP) / ctlblock.ShareFull; math.Abs(got-want) > 1e-3 {
+			t.Errorf("%s: launch-gate share %.4f of a %.4f ceiling, want %.4f", id, got, st.OfflineShare, want)
+		}
 	}
 	f.g.Containers = list{svc, second}
 	f.g.Step(context.Background(), now.Add(500*time.Millisecond))
