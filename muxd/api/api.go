@@ -192,12 +192,13 @@ type GPU struct {
 	Utilization float64 `json:"utilization"`
 	// SMActivity is the percent of SMs busy, where the GPU reports it.
 	SMActivity *float64 `json:"sm_activity,omitempty"`
-	// OfflineCeiling is the GPU's offline ceiling (percent of GPU time): the budget all
-	// its offline containers split, never more than the class's sm_max.
+	// OfflineCeiling is the GPU's offline ceiling (percent of GPU time), never more than
+	// the class's sm_max: the budget its offline containers split, except that each one
+	// that fits the MPS budget (OfflineMPSFitted) may use all of it.
 	OfflineCeiling float64 `json:"offline_ceiling"`
 	// OfflineShare is the same value, under its older name.
 	OfflineShare float64 `json:"offline_share"`
-	// OfflineContainers is how many running offline containers split the ceiling.
+	// OfflineContainers is how many running offline containers the GPU has.
 	OfflineContainers int `json:"offline_containers"`
 	// OnlineDemand is the allocator's estimate of the online workload's need (percent).
 	OnlineDemand float64 `json:"online_demand"`
@@ -215,7 +216,9 @@ type GPU struct {
 	// (percent, summed: MPS fixed their percentages when they started, before their
 	// neighbours came), more than the budget: only OfflineMPSFitted of the offline
 	// containers fit it (the set whose percentages sum highest within it), the others
-	// keep their launches bounded for online work until some go.
+	// keep their launches bounded for online work until some go. OfflineMPSFitted is set
+	// wherever the budget fits (all of them while nothing is held above it). Each that
+	// fits may use the whole offline ceiling; the others split it.
 	OfflineMPSHeld   float64 `json:"offline_mps_held,omitempty"`
 	OfflineMPSFitted int     `json:"offline_mps_fitted,omitempty"`
 	// OfflineMPSMemBound: the budget fits, but the online and offline kernels together ask

@@ -207,10 +207,7 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		if g.SMActivity != nil {
 			act = fmt.Sprintf("%.0f%%", *g.SMActivity)
 		}
-		ceiling := fmt.Sprintf("%.0f%%", g.OfflineCeiling)
-		if g.OfflineContainers > 1 {
-			ceiling += fmt.Sprintf(" split by %d", g.OfflineContainers)
-		}
+		ceiling := offlineCeiling(g)
 		var why []string
 		if r := healthWhy(g, now); r != "" {
 			why = append(why, r)
@@ -280,6 +277,28 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		fmt.Fprintln(tw, "(none)")
 	}
 	return tw.Flush()
+}
+
+// offlineCeiling says how a GPU's offline ceiling is shared: each container that fits the
+// MPS budget may use all of it (its kernels keep to their part of the SMs), the others
+// split it: "60%", "60% split by 2", "60% each (fit)", "60% (1 fits, 2 split it)".
+func offlineCeiling(g api.GPU) string {
+	s := fmt.Sprintf("%.0f%%", g.OfflineCeiling)
+	fitted := 0
+	if g.OfflineMPSFits {
+		fitted = min(g.OfflineMPSFitted, g.OfflineContainers)
+	}
+	split := g.OfflineContainers - fitted
+	switch {
+	case g.OfflineContainers <= 1:
+	case fitted == 0:
+		s += fmt.Sprintf(" split by %d", split)
+	case split == 0:
+		s += " each (fit)"
+	default:
+		s += fmt.Sprintf(" (%d fit%s, %d split it)", fitted, map[bool]string{true: "s"}[fitted == 1], split)
+	}
+	return s
 }
 
 // offlineMPS says what MPS active-thread budget a GPU's offline contexts split and how it

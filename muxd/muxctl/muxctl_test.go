@@ -182,6 +182,25 @@ func TestStatusHealthReasonFades(t *testing.T) {
 
 // The OFFLINE MPS column says how the budget relates to the online kernels and, where it
 // fits but offline stays bounded, why.
+func TestOfflineCeilingColumn(t *testing.T) {
+	for _, tc := range []struct {
+		g    api.GPU
+		want string
+	}{
+		{api.GPU{OfflineCeiling: 60, OfflineContainers: 1, OfflineMPSFits: true, OfflineMPSFitted: 1}, "60%"},
+		{api.GPU{OfflineCeiling: 60, OfflineContainers: 2}, "60% split by 2"},
+		{api.GPU{OfflineCeiling: 60, OfflineContainers: 2, OfflineMPSFits: true, OfflineMPSFitted: 2}, "60% each (fit)"},
+		{api.GPU{OfflineCeiling: 60, OfflineContainers: 3, OfflineMPSFits: true, OfflineMPSFitted: 1}, "60% (1 fits, 2 split it)"},
+		{api.GPU{OfflineCeiling: 60, OfflineContainers: 4, OfflineMPSFits: true, OfflineMPSFitted: 2}, "60% (2 fit, 2 split it)"},
+		// a count from a budget that no longer fits says nothing
+		{api.GPU{OfflineCeiling: 60, OfflineContainers: 2, OfflineMPSFitted: 2}, "60% split by 2"},
+	} {
+		if got := offlineCeiling(tc.g); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.g, got, tc.want)
+		}
+	}
+}
+
 func TestOfflineMPSColumn(t *testing.T) {
 	for _, tc := range []struct {
 		g    api.GPU
