@@ -241,3 +241,22 @@ func FitHeld(held []uint32, budget float64, prev []bool) []bool {
 	}
 	return fit
 }
+
+// BoundedFloor is the least part of its split of the offline ceiling that an offline
+// container which does not fit the MPS budget keeps beside containers that do
+// (BoundedBeside): it progresses, however much of the budget they hold.
+const BoundedFloor = 0.25
+
+// BoundedBeside is the part of its split of a GPU's offline ceiling that an offline
+// container which does not fit the MPS budget keeps where others fit it, holding fitted
+// percent of the SMs between them against a budget of budget percent. A fitted container
+// runs as often as the whole ceiling allows (FitHeld's set keeps to its SMs); one that
+// does not fit may take any SM, and beside them the SMs it can take without taking the
+// online kernels' room are only those the fitted ones leave of the budget: it keeps that
+// share of its split, at least BoundedFloor.
+func BoundedBeside(budget, fitted float64) float64 {
+	if !(budget > 0) || !(fitted > 0) { // NaN too
+		return 1
+	}
+	return clamp(1-fitted/budget, BoundedFloor, 1)
+}

@@ -158,3 +158,20 @@ func TestFitHeld(t *testing.T) {
 		})
 	}
 }
+
+func TestBoundedBeside(t *testing.T) {
+	for _, tc := range []struct{ budget, fitted, want float64 }{
+		{50, 0, 1},             // nothing fits: the split as it is
+		{70, 35, 0.5},          // half the budget left
+		{50, 50, BoundedFloor}, // none left: the floor
+		{70, 95, BoundedFloor}, // more held than the budget (cannot be chosen so; still the floor)
+		{70, 63, BoundedFloor},
+		{0, 10, 1},
+		{math.NaN(), 10, 1},
+		{50, math.NaN(), 1},
+	} {
+		if got := BoundedBeside(tc.budget, tc.fitted); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("BoundedBeside(%v, %v) = %v, want %v", tc.budget, tc.fitted, got, tc.want)
+		}
+	}
+}

@@ -205,8 +205,9 @@ type ceilingParts struct {
 // budget that fits, and the container is among those that fit it (fitHeld), its block
 // says up to which percentage its processes leave the online kernels room (their
 // launches then need not be bounded for them), and its launch-gate share on that GPU is
-// the whole ceiling rather than a split of it. A GPU whose health stops offline work
-// pauses its offline containers.
+// the whole ceiling rather than a split of it; the others there keep the part of their
+// split that the fitted ones leave of the MPS budget (alloc.BoundedBeside). A GPU whose
+// health stops offline work pauses its offline containers.
 func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *policy.Policy) {
 	cp := &g.loop.parts
 	if cp.ceilings == nil {
@@ -227,6 +228,13 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		fit := g.loop.fits[i]
 		mps, _ := alloc.SplitBudget(fit.budget, claims)
 		stop := healthOf(v.status.State) == alloc.Stop
+		var fittedPct float64
+		for j := range v.offline {
+			if fit.fits && fit.fitIn[j] {
+				fittedPct += float64(fit.fitPct[j])
+			}
+		}
+		beside := alloc.BoundedBeside(fit.budget*100, fittedPct)
 		for j, c := range v.offline {
 			id := c.ID
 			fitted := fit.fits && fit.fitIn[j]
@@ -234,9 +242,13 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// Its kernels hold only its part of the SMs, apart from the online
 				// kernels' room and from the other fitted containers' parts: it may
 				// run as often as the GPU's ceiling lets offline work run at all.
-				// Those that may take any SM split the ceiling among all.
 				gate[j] = math.Min(claims[j].Cap, decisions[i].Share)
 				parts[j] = decisions[i].Share
+			} else {
+				// Its blocks may take any SM: it splits the ceiling with the others,
+				// and beside fitted ones keeps the part of it their SMs leave.
+				gate[j] *= beside
+				parts[j] *= beside
 			}
 			old, ok := cp.ceilings[id]
 			if !ok || gate[j] < old.Percent {

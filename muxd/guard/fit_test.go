@@ -9,6 +9,7 @@ import (
 
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
+	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
 )
 
@@ -177,8 +178,9 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 		t.Errorf("GPU status: fits %v, held %v%%, %d fitted; want true, 75%%, 1", st.Fits, st.MPSHeld, st.MPSFitted)
 	}
 	// the one that fits keeps to its SMs and may run for the whole ceiling; the other
-	// may take any SM and has its half of it
-	for id, want := range map[string]float64{"first": st.OfflineShare, "second": st.OfflineShare / 2} {
+	// may take any SM: its half of it, of which it keeps the floor, as the first holds
+	// the whole budget
+	for id, want := range map[string]float64{"first": st.OfflineShare, "second": st.OfflineShare / 2 * alloc.BoundedFloor} {
 		l := f.blk[id].Limits()
 		if got := float64(l.ShareBP) / ctlblock.ShareFull; math.Abs(got-want) > 1e-3 {
 			t.Errorf("%s: launch-gate share %.4f of a %.4f ceiling, want %.4f", id, got, st.OfflineShare, want)
