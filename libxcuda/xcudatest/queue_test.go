@@ -51,11 +51,14 @@ func maxQueued(ps []progress, from, to float64) (int64, int) {
 	return m, n
 }
 
-func queueRun(t *testing.T, share uint32, queue time.Duration, kernelUS int) (without, with int64) {
+// queueRun runs an offline loop of kernelUS kernels at share, without online work, with
+// online blips, and after them; fit > 0 creates it at that MPS percentage with a block
+// saying that much fits (it leaves the online kernels room).
+func queueRun(t *testing.T, share uint32, queue time.Duration, kernelUS int, fit uint32) (without, with int64) {
 	t.Helper()
 	page := signalPage(t)
-	l := ctlblock.Limits{ShareBP: share, MaxInFlight: 32, Signal: ctlblock.Signal{
-		Role: ctlblock.SignalFollow, GPUs: 1, Queue: queue, Ahead: ctlblock.AheadOff}}
+	l := ctlblock.Limits{ShareBP: share, MaxInFlight: 32, MPSActiveThreadPercent: fit, Signal: ctlblock.Signal{
+		Role: ctlblock.SignalFollow, GPUs: 1, Queue: queue, Ahead: ctlblock.AheadOff, FitPercent: fit}}
 	off := newHarness(t, l)
 	off.extraEnv = append(off.extraEnv, ctlblock.EnvSignal+"="+page.Path())
 	ch, wait := runLoop(t, off, kernelUS, 2.8, "kernel")
@@ -109,7 +112,7 @@ func queueRun(t *testing.T, share uint32, queue time.Duration, kernelUS int) (wi
 // offline loop queues milliseconds of work; with online work active it keeps within the
 // 300 µs queue budget (3 launches).
 func TestQueueBoundWhileOnline(t *testing.T) {
-	without, with := queueRun(t, 9000, 300*time.Microsecond, 100)
+	without, with := queueRun(t, 9000, 300*time.Microsecond, 100, 0)
 	if without < int64(time.Millisecond) {
 		t.Errorf("without online work, at most %v queued: want max_inflight's worth (~3.2ms)", time.Duration(without))
 	}
@@ -121,9 +124,22 @@ func TestQueueBoundWhileOnline(t *testing.T) {
 	}
 }
 
+// TestQueueBoundFitted: a throttled process whose MPS percentage leaves the online
+// kernels room keeps its measured work to the budget while online work is active too
+// (memory traffic and blocks beside the online kernels' still slow them).
+func TestQueueBoundFitted(t *testing.T) {
+	without, with := queueRun(t, 9000, 300*time.Microsecond, 100, 50)
+	if without < int64(time.Millisecond) {
+		t.Errorf("fitted, without online work, at most %v queued: want max_inflight's worth (~3.2ms)", time.Duration(without))
+	}
+	if with > int64(450*time.Microsecond) {
+		t.Errorf("fitted, with online work active, %v queued: want at most the 300us budget", time.Duration(with))
+	}
+}
+
 // TestQueueAlwaysOneLaunch: kernels longer than the budget still go, one at a time.
 func TestQueueAlwaysOneLaunch(t *testing.T) {
-	without, with := queueRun(t, 9000, 300*time.Microsecond, 1000)
+	without, with := queueRun(t, 9000, 300*time.Microsecond, 1000, 0)
 	if without < int64(3*time.Millisecond) {
 		t.Errorf("without online work, at most %v queued: want several 1ms launches", time.Duration(without))
 	}
@@ -136,7 +152,7 @@ func TestQueueAlwaysOneLaunch(t *testing.T) {
 // gate's fast path) queues as much as the driver takes without online work, and is
 // bounded by the queue budget while online work is active.
 func TestQueueBoundUnthrottled(t *testing.T) {
-	without, with := queueRun(t, ctlblock.ShareFull, 300*time.Microsecond, 100)
+	without, with := queueRun(t, ctlblock.ShareFull, 300*time.Microsecond, 100, 0)
 	if without < int64(5*time.Millisecond) {
 		t.Errorf("unthrottled, without online work, at most %v queued: want the driver's queue", time.Duration(without))
 	}

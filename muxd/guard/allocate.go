@@ -121,8 +121,8 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 			g.fitHeld(&f, v.offline, st)
 		}
 	}
-	if f.width != st.fit.width || f.budget != st.fit.budget || f.fitted != st.fit.fitted {
-		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped, "held", f.held, "fitted", f.fitted, "offline", len(v.offline))
+	if fitted := f.fitted(); f.width != st.fit.width || f.budget != st.fit.budget || fitted != st.fit.fitted() {
+		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped, "held", f.held, "fitted", fitted, "offline", len(v.offline))
 	}
 	if f.busBound != st.fit.busBound {
 		g.Log.Info("memory bandwidth", "gpu", v.status.UUID, "contended", f.busBound, "online_bw", pct(f.busOnline), "offline_bw", pct(f.busOffline), "max", pct(alloc.BusMax))
@@ -156,7 +156,6 @@ func (g *Guard) fitHeld(f *mpsFit, offline []api.Container, st *gpuState) {
 	for j, c := range offline {
 		if f.fitIn[j] {
 			st.fitIn[c.ID] = true
-			f.fitted++
 		}
 	}
 }

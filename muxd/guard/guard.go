@@ -152,17 +152,27 @@ type mpsFit struct {
 	powerCapped bool
 	// held: the budget fits, but the offline containers' processes may hold more than
 	// it (percent, summed: see loop.given), from before their neighbours came: only
-	// those in fitIn (fitted of them) fit it, the others stay bounded. fitPct is what
+	// those in fitIn fit it, the others stay bounded. fitPct is what
 	// each was counted at (both in the order of the GPU's offline containers).
 	held   float64
 	fitIn  []bool
 	fitPct []uint32
-	fitted int
 	// busBound: the budget fits, but the online and offline kernels together ask for more
 	// memory bandwidth than the GPU has (alloc.Bus): offline stays bounded. busOnline and
 	// busOffline are the two classes' bandwidth while they run (shares of the bus).
 	busBound              bool
 	busOnline, busOffline float64
+}
+
+// fitted counts the offline containers that fit.
+func (f *mpsFit) fitted() int {
+	n := 0
+	for _, in := range f.fitIn {
+		if in {
+			n++
+		}
+	}
+	return n
 }
 
 // Status is the guard's view of one GPU, for the API.
@@ -364,7 +374,7 @@ func (g *Guard) Statuses() []Status {
 			s.DemandSource, s.Reason, s.Changed, s.OfflineContainers = st.source, st.reason, st.changed, st.offline
 			s.ReasonKey, s.History = st.reasonKey, slices.Clone(st.history)
 			s.OnlineWidth, s.MPSBudget, s.Fits, s.PowerCapped = st.fit.width, st.fit.budget, st.fit.fits, st.fit.powerCapped
-			s.MPSHeld, s.MPSFitted = st.fit.held, st.fit.fitted
+			s.MPSHeld, s.MPSFitted = st.fit.held, st.fit.fitted()
 			s.MemBound, s.OnlineMemBW, s.OfflineMemBW = st.fit.busBound, st.fit.busOnline, st.fit.busOffline
 		}
 		out = append(out, s)
