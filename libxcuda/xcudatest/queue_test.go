@@ -110,30 +110,21 @@ func queueRun(t *testing.T, share uint32, queue time.Duration, kernelUS int, fit
 
 // TestQueueBoundWhileOnline: 100 µs kernels, max_inflight 32: without online work the
 // offline loop queues milliseconds of work; with online work active it keeps within the
-// 300 µs queue budget (3 launches).
+// 300 µs queue budget (3 launches). So does a process whose MPS percentage leaves the
+// online kernels room (memory traffic and blocks beside the online kernels' still slow
+// them).
 func TestQueueBoundWhileOnline(t *testing.T) {
-	without, with := queueRun(t, 9000, 300*time.Microsecond, 100, 0)
-	if without < int64(time.Millisecond) {
-		t.Errorf("without online work, at most %v queued: want max_inflight's worth (~3.2ms)", time.Duration(without))
-	}
-	if with > int64(450*time.Microsecond) {
-		t.Errorf("with online work active, %v queued: want at most the 300us budget", time.Duration(with))
-	}
-	if with < int64(150*time.Microsecond) {
-		t.Errorf("with online work active, at most %v queued: the budget allows 3 launches of 100us", time.Duration(with))
-	}
-}
-
-// TestQueueBoundFitted: a throttled process whose MPS percentage leaves the online
-// kernels room keeps its measured work to the budget while online work is active too
-// (memory traffic and blocks beside the online kernels' still slow them).
-func TestQueueBoundFitted(t *testing.T) {
-	without, with := queueRun(t, 9000, 300*time.Microsecond, 100, 50)
-	if without < int64(time.Millisecond) {
-		t.Errorf("fitted, without online work, at most %v queued: want max_inflight's worth (~3.2ms)", time.Duration(without))
-	}
-	if with > int64(450*time.Microsecond) {
-		t.Errorf("fitted, with online work active, %v queued: want at most the 300us budget", time.Duration(with))
+	for _, fit := range []uint32{0, 50} {
+		without, with := queueRun(t, 9000, 300*time.Microsecond, 100, fit)
+		if without < int64(time.Millisecond) {
+			t.Errorf("fit %d%%, without online work, at most %v queued: want max_inflight's worth (~3.2ms)", fit, time.Duration(without))
+		}
+		if with > int64(450*time.Microsecond) {
+			t.Errorf("fit %d%%, with online work active, %v queued: want at most the 300us budget", fit, time.Duration(with))
+		}
+		if with < int64(150*time.Microsecond) {
+			t.Errorf("fit %d%%, with online work active, at most %v queued: the budget allows 3 launches of 100us", fit, time.Duration(with))
+		}
 	}
 }
 
