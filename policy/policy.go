@@ -316,8 +316,10 @@ func (p *Policy) Validate() error {
 	if p.Alloc.Headroom > 50 {
 		add("alloc.headroom", "must be at most 50%%, got %v%%", float64(p.Alloc.Headroom))
 	}
-	if p.Alloc.DayLength.D() < 10e9 {
-		add("alloc.day_length", "must be at least 10s, got %v", p.Alloc.DayLength.D())
+	// The learned pattern needs a period in each of its buckets (see guard.AllocConfig):
+	// a day of fewer than ten periods has too few of them to say anything.
+	if d := p.Alloc.DayLength.D(); d < 10*p.Alloc.Period.D() || d <= 0 {
+		add("alloc.day_length", "must be at least 10 alloc periods (%v), got %v", 10*p.Alloc.Period.D(), d)
 	}
 	if p.Alloc.GiveBack <= 0 {
 		add("alloc.give_back", "must be above 0%%")

@@ -95,7 +95,8 @@ func TestParseErrors(t *testing.T) {
 		{"zero hook timeout", "[hook]\ntimeout = \"0ms\"\n", []string{"line 2", "hook.timeout", "above 0"}},
 		{"zero alloc period", "[alloc]\nperiod = \"0ms\"\n", []string{"line 2", "alloc.period", "between 10ms"}},
 		{"zero monitor period", "[monitor]\nperiod = \"0ms\"\n", []string{"line 2", "monitor.period", "between 10ms"}},
-		{"zero day length", "[alloc]\nday_length = \"0s\"\n", []string{"line 2", "alloc.day_length", "at least 10s"}},
+		{"zero day length", "[alloc]\nday_length = \"0s\"\n", []string{"line 2", "alloc.day_length", "at least 10 alloc periods (1s)"}},
+		{"day of nine periods", "[alloc]\nperiod = \"200ms\"\nday_length = \"1800ms\"\n", []string{"line 3", "alloc.day_length", "at least 10 alloc periods (2s), got 1.8s"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

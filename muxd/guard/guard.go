@@ -228,9 +228,21 @@ func AllocConfig(p *policy.Policy) alloc.Config {
 		OfflineMin:  p.Classes.Offline.SMMin.Fraction(),
 		OfflineMax:  p.Classes.Offline.SMMax.Fraction(),
 		DayLength:   p.Alloc.DayLength.D(),
+		Buckets:     patternBuckets(p.Alloc.DayLength.D(), p.Alloc.Period.D()),
 		Fit:         p.Alloc.Fit,
 		FitMin:      p.Alloc.FitMin.Fraction(),
 	}
+}
+
+// patternBuckets divides the day into 96 buckets (15 minutes of a real day), or fewer on
+// a compressed day, so that every bucket holds at least one period's observation: a
+// bucket shorter than a period would be skipped and never forecast.
+func patternBuckets(day, period time.Duration) int {
+	const most = 96
+	if period <= 0 || day/period >= most {
+		return most
+	}
+	return max(1, int(day/period))
 }
 
 // Run steps the loop every alloc.period until ctx is done.

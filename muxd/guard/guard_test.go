@@ -263,3 +263,21 @@ func TestForgetsContainersThatAreGone(t *testing.T) {
 		t.Error("sticky count of a container that is gone is kept")
 	}
 }
+
+// A compressed day keeps a period in every bucket of the learned pattern.
+func TestPatternBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		day, period time.Duration
+		want        int
+	}{
+		{24 * time.Hour, 100 * time.Millisecond, 96},
+		{10 * time.Second, 100 * time.Millisecond, 96},
+		{3 * time.Second, 100 * time.Millisecond, 30},
+		{time.Second, 100 * time.Millisecond, 10},
+		{50 * time.Millisecond, 100 * time.Millisecond, 1},
+	} {
+		if got := patternBuckets(tc.day, tc.period); got != tc.want {
+			t.Errorf("patternBuckets(%v, %v) = %d, want %d", tc.day, tc.period, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/muxflow/muxflow/policy"
 )
 
 const minimal = `
@@ -447,5 +449,35 @@ func TestRequestLatencies(t *testing.T) {
 	want := []float64{4, 7, 10, 4, 4}
 	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-9 })); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+// Every compressed day a scenario may ask for gives muxd a policy it accepts: a day too
+// short to learn from is given as a real one (muxexp once stopped with "muxd exited
+// during start-up" on two days in a 6 s run).
+func TestAllocSectionShortDays(t *testing.T) {
+	for _, days := range []string{"1", "2", "30", "1000"} {
+		s, err := ParseScenario([]byte("days = " + days + "\n" + minimal))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, err = s.WithDuration(6 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, static := range []bool{false, true} {
+			text := fmt.Sprintf(muxdPolicy, "/state", "/run", "/run/muxd.sock", "/bin/mps", "/pipe", "/log", allocSection(s, static), "")
+			p, err := policy.Parse([]byte(text), "policy.toml")
+			if err != nil {
+				t.Errorf("days = %s: muxd refuses the policy: %v", days, err)
+				continue
+			}
+			want := s.DayLength()
+			if want < time.Second {
+				want = 24 * time.Hour
+			}
+			if got := p.Alloc.DayLength.D(); got != want {
+				t.Errorf("days = %s: day_length %v, want %v", days, got, want)
+			}
+		}
 	}
 }

@@ -177,7 +177,9 @@ func (n *node) startMuxd(ctx context.Context, alloc, sections string) error {
 		}
 		select {
 		case <-n.muxdCh:
-			return fmt.Errorf("muxd exited during start-up (see %s)", filepath.Join(n.dir, "muxd.log"))
+			log := filepath.Join(n.dir, "muxd.log")
+			out, _ := os.ReadFile(log)
+			return fmt.Errorf("muxd exited during start-up: %s (see %s)", lastLine(string(out)), log)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -391,7 +393,13 @@ func allocSection(s *Scenario, static bool) string {
 	if static {
 		mode = "static"
 	}
-	text := fmt.Sprintf("mode = %q\nperiod = %q\nday_length = %q\n", mode, m.Period.D().String(), s.DayLength().String())
+	// A day too short for muxd to learn (under ten periods, which its policy refuses)
+	// is given as a real one: within the run the allocator then forecasts nothing.
+	day := s.DayLength()
+	if day < 10*m.Period.D() {
+		day = 24 * time.Hour
+	}
+	text := fmt.Sprintf("mode = %q\nperiod = %q\nday_length = %q\n", mode, m.Period.D().String(), day.String())
 	pct := func(key string, p interface{ MarshalText() ([]byte, error) }) {
 		b, _ := p.MarshalText()
 		text += key + " = " + strconv.Quote(string(b)) + "\n"
