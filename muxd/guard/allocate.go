@@ -185,6 +185,20 @@ func offeredMPS(p uint32) uint32 {
 	return p
 }
 
+// fittedGate is the launch-gate share of an offline container whose processes hold at
+// most fitPct percent of the SMs, apart from the online kernels' room, on a GPU whose
+// offline ceiling is share. The dynamic allocator's ceiling is a share of the GPU: such a
+// container running a fraction t of the time takes t × fitPct of it, so it may run
+// share ÷ fitPct of the time (all of it once that reaches 1; the caller still bounds it
+// by the container's own ceiling). The static mode keeps MuxFlow's static baseline, a
+// fixed share of GPU time.
+func fittedGate(share float64, fitPct uint32, p *policy.Policy) float64 {
+	if p.Alloc.Mode != string(alloc.Dynamic) || fitPct == 0 {
+		return share
+	}
+	return math.Min(1, share*100/float64(fitPct))
+}
+
 // ceilingParts is one period's split of the GPUs' budgets, per offline container.
 type ceilingParts struct {
 	ceilings map[string]api.Ceiling
@@ -241,7 +255,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// Its kernels hold only its part of the SMs, apart from the online
 				// kernels' room and from the other fitted containers' parts: it may
 				// run as often as the GPU's ceiling lets offline work run at all.
-				gate[j] = math.Min(claims[j].Cap, decisions[i].Share)
+				gate[j] = math.Min(claims[j].Cap, fittedGate(decisions[i].Share, fit.fitPct[j], p))
 				parts[j] = decisions[i].Share
 			} else {
 				// Its blocks may take any SM: it splits the ceiling with the others,

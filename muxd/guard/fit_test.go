@@ -11,6 +11,7 @@ import (
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/policy"
 )
 
 // widthBP packs a width as libxcuda publishes it (epoch 7).
@@ -156,7 +157,7 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	f := setup(t, svc, first, second)
 	f.g.Containers = list{svc, first}
 	f.startedAt(t, "first", 50)
-	f.mon.set(0, monitor.Healthy, 20)
+	f.mon.set(0, monitor.Healthy, 45)
 	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
 	now := time.Now()
 	f.g.Step(context.Background(), now)
@@ -177,10 +178,12 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	if !st.Fits || st.MPSHeld != 75 || st.MPSFitted != 1 {
 		t.Errorf("GPU status: fits %v, held %v%%, %d fitted; want true, 75%%, 1", st.Fits, st.MPSHeld, st.MPSFitted)
 	}
-	// the one that fits keeps to its SMs and may run for the whole ceiling; the other
-	// may take any SM: its half of it, of which it keeps the floor, as the first holds
-	// the whole budget
-	for id, want := range map[string]float64{"first": st.OfflineShare, "second": st.OfflineShare / 2 * alloc.BoundedFloor} {
+	// the one that fits keeps to its SMs and may run for the whole ceiling, counted in
+	// SM time (its processes hold half the SMs), up to its own ceiling; the other may
+	// take any SM: its half of the ceiling, of which it keeps the floor, as the first
+	// holds the whole budget
+	own := policy.Default().Classes.Offline.SMMax.Fraction()
+	for id, want := range map[string]float64{"first": math.Min(own, st.OfflineShare/0.5), "second": st.OfflineShare / 2 * alloc.BoundedFloor} {
 		l := f.blk[id].Limits()
 		if got := float64(l.ShareBP) / ctlblock.ShareFull; math.Abs(got-want) > 1e-3 {
 			t.Errorf("%s: launch-gate share %.4f of a %.4f ceiling, want %.4f", id, got, st.OfflineShare, want)
@@ -239,5 +242,28 @@ func TestMemoryBandwidthKeepsOfflineBounded(t *testing.T) {
 				t.Errorf("status bandwidth online %.2f offline %.2f, want %.2f %.2f", st.OnlineMemBW, st.OfflineMemBW, tc.wantOnBW, tc.wantOffBW)
 			}
 		})
+	}
+}
+
+// A container that fits is charged in SM time under the dynamic allocator, and in GPU
+// time under the static one.
+func TestFittedGate(t *testing.T) {
+	dyn, static := policy.Default(), policy.Default()
+	static.Alloc.Mode = string(alloc.Static)
+	for _, tc := range []struct {
+		share  float64
+		fitPct uint32
+		p      *policy.Policy
+		want   float64
+	}{
+		{0.3, 50, dyn, 0.6},
+		{0.3, 25, dyn, 1},
+		{0.7, 70, dyn, 1},
+		{0.3, 0, dyn, 0.3},
+		{0.3, 50, static, 0.3},
+	} {
+		if got := fittedGate(tc.share, tc.fitPct, tc.p); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("fittedGate(%v, %d%%, %s) = %v, want %v", tc.share, tc.fitPct, tc.p.Alloc.Mode, got, tc.want)
+		}
 	}
 }
