@@ -150,7 +150,11 @@ func TestShippedScenariosLoad(t *testing.T) {
 	if err != nil || len(files) < 3 {
 		t.Fatalf("want at least three shipped scenarios, found %v (%v)", files, err)
 	}
-	for _, f := range files {
+	probes, err := filepath.Glob("../scenarios/probes/*.toml")
+	if err != nil || len(probes) == 0 {
+		t.Fatalf("want the probe scenarios, found %v (%v)", probes, err)
+	}
+	for _, f := range append(files, probes...) {
 		s, err := LoadScenario(f)
 		if err != nil {
 			t.Errorf("%v", err)
