@@ -254,7 +254,8 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 			if fitted {
 				// Its kernels hold only its part of the SMs, apart from the online
 				// kernels' room and from the other fitted containers' parts: it may
-				// run as often as the GPU's ceiling lets offline work run at all.
+				// run as often as the GPU's ceiling lets offline work run at all,
+				// counted in SM time under the dynamic allocator (fittedGate).
 				gate[j] = math.Min(claims[j].Cap, fittedGate(decisions[i].Share, fit.fitPct[j], p))
 				parts[j] = decisions[i].Share
 			} else {
