@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -21,6 +22,16 @@ var DefaultTOML string
 
 // DefaultPath is where muxd looks for its policy unless told otherwise.
 const DefaultPath = "/etc/muxflow/policy.toml"
+
+// minDayPeriods is the fewest allocator periods a day may have: the learned pattern needs
+// a period in each of its buckets (see guard.AllocConfig), and a day of fewer than ten
+// has too few of them to say anything.
+const minDayPeriods = 10
+
+// MinDayLength is the shortest alloc.day_length accepted at the given alloc.period.
+func MinDayLength(period time.Duration) time.Duration {
+	return minDayPeriods * period
+}
 
 // Policy is the whole configuration of a muxflow node.
 type Policy struct {
@@ -316,10 +327,8 @@ func (p *Policy) Validate() error {
 	if p.Alloc.Headroom > 50 {
 		add("alloc.headroom", "must be at most 50%%, got %v%%", float64(p.Alloc.Headroom))
 	}
-	// The learned pattern needs a period in each of its buckets (see guard.AllocConfig):
-	// a day of fewer than ten periods has too few of them to say anything.
-	if d := p.Alloc.DayLength.D(); d < 10*p.Alloc.Period.D() || d <= 0 {
-		add("alloc.day_length", "must be at least 10 alloc periods (%v), got %v", 10*p.Alloc.Period.D(), d)
+	if d, least := p.Alloc.DayLength.D(), MinDayLength(p.Alloc.Period.D()); d < least {
+		add("alloc.day_length", "must be at least %d alloc periods (%v), got %v", minDayPeriods, least, d)
 	}
 	if p.Alloc.GiveBack <= 0 {
 		add("alloc.give_back", "must be above 0%%")

@@ -83,7 +83,7 @@ type Config struct {
 	// DayLength is the period of the online workload's daily pattern (24h in
 	// production; experiments compress it).
 	DayLength time.Duration
-	// Buckets divides the day for the learned pattern; 0 means 96 (15 minutes a day).
+	// Buckets divides the day for the learned pattern; 0 means DayBuckets.
 	Buckets int
 	// Fit sizes the offline MPS budget to the online kernels' width when that leaves
 	// offline at least FitMin (see FitBudget).
@@ -245,10 +245,13 @@ type GPU struct {
 	curN       int
 }
 
+// DayBuckets is how many parts of the day the pattern learns (15 minutes of a real day).
+const DayBuckets = 96
+
 // New returns the state of one GPU.
 func New(cfg Config) *GPU {
 	if cfg.Buckets <= 0 {
-		cfg.Buckets = 96
+		cfg.Buckets = DayBuckets
 	}
 	if cfg.DayLength <= 0 {
 		cfg.DayLength = 24 * time.Hour

@@ -234,13 +234,12 @@ func AllocConfig(p *policy.Policy) alloc.Config {
 	}
 }
 
-// patternBuckets divides the day into 96 buckets (15 minutes of a real day), or fewer on
-// a compressed day, so that every bucket holds at least one period's observation: a
-// bucket shorter than a period would be skipped and never forecast.
+// patternBuckets divides the day into alloc.DayBuckets, or fewer on a compressed day, so
+// that every bucket holds at least one period's observation: a bucket shorter than a
+// period would be skipped and never forecast.
 func patternBuckets(day, period time.Duration) int {
-	const most = 96
-	if period <= 0 || day/period >= most {
-		return most
+	if period <= 0 || day/period >= alloc.DayBuckets {
+		return alloc.DayBuckets
 	}
 	return max(1, int(day/period))
 }

@@ -476,7 +476,7 @@ func TestAllocSectionShortDays(t *testing.T) {
 				continue
 			}
 			want := s.DayLength()
-			if want < time.Second {
+			if want < policy.MinDayLength(100*time.Millisecond) {
 				want = 24 * time.Hour
 			}
 			if got := p.Alloc.DayLength.D(); got != want {

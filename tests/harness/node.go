@@ -19,6 +19,7 @@ import (
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/policy"
 )
 
 // mode is how a run's GPU is shared.
@@ -393,10 +394,10 @@ func allocSection(s *Scenario, static bool) string {
 	if static {
 		mode = "static"
 	}
-	// A day too short for muxd to learn (under ten periods, which its policy refuses)
-	// is given as a real one: within the run the allocator then forecasts nothing.
+	// A day too short for muxd to learn (its policy refuses it) is given as a real one:
+	// within the run the allocator then forecasts nothing.
 	day := s.DayLength()
-	if day < 10*m.Period.D() {
+	if day < policy.MinDayLength(m.Period.D()) {
 		day = 24 * time.Hour
 	}
 	text := fmt.Sprintf("mode = %q\nperiod = %q\nday_length = %q\n", mode, m.Period.D().String(), day.String())
