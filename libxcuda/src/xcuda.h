@@ -80,7 +80,7 @@ struct xc_real {
     CUresult (*cuCtxPushCurrent)(CUcontext);
     CUresult (*cuCtxPopCurrent)(CUcontext *);
     CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuCtxCreate)(CUcontext *, unsigned, CUdevice);
+    CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned, CUdevice);
     CUresult (*cuCtxCreate_v3)(CUcontext *, CUexecAffinityParam *, int, unsigned, CUdevice);
     /* CUDA 12.5+: the parameters struct is passed through untouched. */
     CUresult (*cuCtxCreate_v4)(CUcontext *, void *, unsigned, CUdevice);
