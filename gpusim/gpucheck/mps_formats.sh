@@ -15,7 +15,9 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-${MUXFLOW_BUILD:-$root/build}}
 real=$(command -v nvidia-cuda-mps-control || true)
 fake=$build/gpusim/bin/nvidia-cuda-mps-control
-client=${MPS_CLIENT:-python3 -c "import torch,time; torch.zeros(1).cuda(); torch.cuda.synchronize(); time.sleep(6)"}
+# (a default written inside ${...:-...} would lose its inner quotes)
+torch_client="python3 -c 'import torch,time; torch.zeros(1).cuda(); torch.cuda.synchronize(); time.sleep(6)'"
+client=${MPS_CLIENT:-$torch_client}
 
 if [ -z "$real" ]; then echo "mps_formats: no real nvidia-cuda-mps-control in PATH" >&2; exit 2; fi
 for f in "$fake" "$build/bin/gpusimd" "$build/gpusim/lib/libcuda.so.1"; do

@@ -180,6 +180,9 @@ func runDaemon(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", ctl, err)
 	}
+	// The real daemon leaves its socket file behind when it quits (seen on an
+	// H200, driver 580), so clients must tell a live daemon by connecting.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	_ = os.Chmod(ctl, 0o666)
 	pidFile := filepath.Join(dir, "nvidia-cuda-mps-control.pid")
 	_ = os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)

@@ -27,6 +27,7 @@ func run(args []string) error {
 	short := fs.Bool("short", false, "only the quick subset (what make test runs)")
 	only := fs.String("only", "", "comma-separated point ids to run")
 	verbose := fs.Bool("v", false, "print each run as it starts")
+	real := fs.String("real", "", "replay the points on gpusim's model of this GPU and compare with what that real GPU measured (h200)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,6 +40,12 @@ func run(args []string) error {
 	}
 	if len(pts) == 0 {
 		return fmt.Errorf("no point matches")
+	}
+	if *real != "" {
+		var err error
+		if pts, err = calibration.OnRealGPU(*real, pts); err != nil {
+			return err
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
