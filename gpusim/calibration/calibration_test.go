@@ -100,3 +100,39 @@ func TestRatiosMoveWithTheModel(t *testing.T) {
 		t.Errorf("ratios %.2f and %.2f, want about 1 and 2", rs[0].Ratio, rs[1].Ratio)
 	}
 }
+
+func TestOnRealGPU(t *testing.T) {
+	orig := Points()
+	pts, err := OnRealGPU("h200", orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pts) != len(realH200) {
+		t.Fatalf("%d points replayed, want the %d measured", len(pts), len(realH200))
+	}
+	byID := map[string]Point{}
+	for _, p := range pts {
+		byID[p.ID] = p
+		if p.GPU.SMs != 132 || p.Published != realH200[p.ID] {
+			t.Errorf("%s: GPU %d SMs, reference %v; want 132 and %v", p.ID, p.GPU.SMs, p.Published, realH200[p.ID])
+		}
+	}
+	// ResNet's convolution is three waves of eight blocks per SM: resized to
+	// the H200's SMs; BERT's 216-block GEMM is not a whole number of waves.
+	conv := byID["tally_bert_resnet_mps_p99"].Others[0].Kernels[0]
+	if conv.Grid != 132*8*3 {
+		t.Errorf("ResNet convolution grid %d on the H200, want %d", conv.Grid, 132*8*3)
+	}
+	if g := byID["tally_bert_resnet_mps_p99"].Subject.Kernels[0].Grid; g != 216 {
+		t.Errorf("BERT GEMM grid %d, want it unchanged at 216", g)
+	}
+	if orig[9].ID != "tally_bert_resnet_mps_p99" || orig[9].Others[0].Kernels[0].Grid != 108*8*3 {
+		t.Error("OnRealGPU changed the published points' kernels")
+	}
+	if _, err := OnRealGPU("t4", Points()); err == nil || !strings.Contains(err.Error(), "h200") {
+		t.Errorf("unknown GPU: err %v, want one naming the GPUs measured", err)
+	}
+	if _, err := OnRealGPU("h200", Points()[:0]); err == nil {
+		t.Error("no points: no error")
+	}
+}
