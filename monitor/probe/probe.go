@@ -17,6 +17,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -91,6 +92,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer lib.Shutdown()
 	printSystem(stdout, lib)
+	// Count and time every NVML call the sampling makes: on a real driver
+	// each is an ioctl, and their costs say what a poll costs per GPU.
+	var calls monitor.CallCounter
+	lib = calls.Wrap(lib)
 
 	cfg := monitor.DefaultConfig()
 	cfg.Period = o.period
@@ -110,6 +115,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { defer close(watchDone); m.WatchEvents(ctx) }()
 
 	st := newStats(len(m.Snapshot()))
+	calls.Reset() // the polls' calls, not the set-up's
+	cpuStart := processCPU()
 	start := time.Now()
 	tick := time.NewTicker(o.period)
 	defer tick.Stop()
@@ -132,6 +139,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	<-watchDone
+	cpu := processCPU() - cpuStart
 	drainEvents(stdout, events)
 
 	final := m.Snapshot()
@@ -140,6 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "NVML error events (Xid/ECC) listened for: %v\n", st.listened)
+	writeCallCosts(stdout, &calls, len(st.pollCost), len(final), cpu)
 	problems := st.report(stdout, final, o)
 	if o.jsonPath != "" {
 		if err := writeJSON(o.jsonPath, final, m.Events(time.Time{}), st, problems); err != nil {
@@ -152,6 +161,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "VERDICT: PASS")
 	return nil
+}
+
+// writeCallCosts prints each NVML function's calls per GPU per poll and its
+// mean time, the most costly first, and the process's CPU time per poll.
+func writeCallCosts(w io.Writer, c *monitor.CallCounter, polls, gpus int, cpu time.Duration) {
+	if polls == 0 || gpus == 0 {
+		return
+	}
+	n, spent := c.Calls(), c.Spent()
+	names := slices.SortedFunc(maps.Keys(n), func(a, b string) int { return cmp.Compare(spent[b], spent[a]) })
+	var total time.Duration
+	for _, k := range names {
+		total += spent[k]
+	}
+	fmt.Fprintf(w, "NVML calls: %.1f per GPU per poll, %v per GPU per poll in NVML; process CPU %v per poll\n",
+		float64(c.Total())/float64(polls*gpus), (total / time.Duration(polls*gpus)).Round(time.Microsecond),
+		(cpu / time.Duration(polls)).Round(time.Microsecond))
+	for _, k := range names {
+		fmt.Fprintf(w, "  %-34s %5.2f calls/GPU/poll  mean %8v  %5.1f%% of NVML time\n", k,
+			float64(n[k])/float64(polls*gpus), (spent[k] / time.Duration(n[k])).Round(100*time.Nanosecond),
+			100*float64(spent[k])/float64(max(total, 1)))
+	}
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func drainEvents(w io.Writer, ch <-chan monitor.Event) {

@@ -75,7 +75,7 @@ func TestRunPasses(t *testing.T) {
 	if err := run(context.Background(), append(short, "-json", path, "-require-busy"), &out, &errOut); err != nil {
 		t.Fatalf("run = %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
 	}
-	for _, want := range []string{"driver 550.54.15", "CUDA 12.4", "GPU  STATE", "healthy", "=== final state", "poll cost", "VERDICT: PASS"} {
+	for _, want := range []string{"driver 550.54.15", "CUDA 12.4", "GPU  STATE", "healthy", "=== final state", "poll cost", "NVML calls: ", "calls/GPU/poll", "GetMemoryInfo", "VERDICT: PASS"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
