@@ -180,53 +180,55 @@ func (b *Bus) Observe(u BusUse, now time.Time) (bound bool, online, offline floa
 	return !b.at.IsZero() && now.Sub(b.at) < WidthMemory, online, offline
 }
 
+// FitTurn is how long each offline container of a GPU whose containers together may
+// hold more of its MPS budget than it has gets to be the one that fits it (FitHeld's
+// turn): MPS fixes a process's active-thread percentage when it starts, so a job that
+// started alone keeps the whole budget after a neighbour comes, and the jobs outside the
+// fitted set get little done; taking turns gives each its time unbounded.
+const FitTurn = 2 * time.Second
+
 // FitHeld chooses which of a GPU's offline containers may run as fitting its MPS budget
-// when together they may hold more of it than it has: MPS fixes a process's active-thread
-// percentage when it starts, so a job that started alone keeps the whole budget after a
-// neighbour comes. held is each container's percentage (what its processes may hold,
-// 1..100; anything else never fits), budget the GPU's in percent. It returns the set
-// whose percentages sum highest without passing the budget, preferring, among sets of
-// the same sum, the containers in prev (those that fitted last period: a container that
-// stops fitting goes back to bounded launches, so the set should not turn over while it
-// need not), then more of them. Those outside the set stay bounded, so that the SMs the
+// when together they may hold more of it than it has. held is each container's
+// percentage (what its processes may hold, 1..100; anything else never fits), budget the
+// GPU's in percent, turn the container whose turn it is (FitTurn; out of range: none).
+// Where they all fit it returns them all; otherwise the container whose turn it is, if it
+// fits alone, and beside it the others whose percentages sum highest in the room it
+// leaves (then more of them). Those outside the set stay bounded, so that the SMs the
 // fitted ones may hold and the online kernels' room never overlap.
-func FitHeld(held []uint32, budget float64, prev []bool) []bool {
+func FitHeld(held []uint32, budget float64, turn int) []bool {
 	fit := make([]bool, len(held))
 	if !(budget >= 0.5) { // NaN too
 		return fit
 	}
 	room := int(math.Floor(math.Min(budget, 100) + 0.5))
+	valid := func(i int) bool { return held[i] > 0 && held[i] <= 100 && int(held[i]) <= room }
 	sum := 0
-	for i, h := range held {
-		if h > 0 && h <= 100 {
+	for i := range held {
+		if held[i] > 0 && held[i] <= 100 {
 			fit[i] = true
-			sum += int(h)
+			sum += int(held[i])
 		}
 	}
 	if sum <= room {
 		return fit // the usual case: they all fit
 	}
 	clear(fit)
-	// 0/1 knapsack over whole percents: value is the sum first, then the previous
-	// members, then the count (each term below the step of the one before it).
+	if turn >= 0 && turn < len(held) && valid(turn) {
+		fit[turn] = true
+		room -= int(held[turn])
+	}
+	// 0/1 knapsack over whole percents: value is the sum first, then the count.
 	n := len(held)
 	step := int64(n + 1)
-	value := func(i int) int64 {
-		v := int64(held[i])*step*step + 1
-		if i < len(prev) && prev[i] {
-			v += step
-		}
-		return v
-	}
 	best := make([]int64, room+1)
 	take := make([][]bool, n) // take[i][w]: item i is in the best set of weight <= w over items 0..i
 	for i := range n {
 		take[i] = make([]bool, room+1)
 		h := int(held[i])
-		if h <= 0 || h > 100 || h > room {
+		if fit[i] || !valid(i) || h > room {
 			continue
 		}
-		v := value(i)
+		v := int64(h)*step + 1
 		for w := room; w >= h; w-- {
 			if c := best[w-h] + v; c > best[w] {
 				best[w], take[i][w] = c, true

@@ -132,28 +132,32 @@ func TestFitHeld(t *testing.T) {
 		name   string
 		held   []uint32
 		budget float64
-		prev   []bool
+		turn   int
 		want   []bool
 	}{
-		{"all fit", []uint32{25, 25}, 50, nil, []bool{true, true}},
-		{"first took the whole budget", []uint32{50, 25}, 50, nil, []bool{true, false}},
+		{"all fit, whoever's turn", []uint32{25, 25}, 50, 1, []bool{true, true}},
+		{"the first took the whole budget: its turn", []uint32{50, 25}, 50, 0, []bool{true, false}},
+		{"the first took the whole budget: the second's turn", []uint32{50, 25}, 50, 1, []bool{false, true}},
 		// largest-first would fit the 30 alone
-		{"the best sum, not the largest first", []uint32{30, 25, 25}, 50, nil, []bool{false, true, true}},
-		{"four jobs over 70", []uint32{70, 35, 23, 17}, 70, nil, []bool{true, false, false, false}},
-		{"equal sums keep last period's", []uint32{25, 25, 25}, 50, []bool{false, true, true}, []bool{false, true, true}},
-		{"equal sums keep last period's, other order", []uint32{25, 25, 25}, 50, []bool{true, false, true}, []bool{true, false, true}},
-		{"a bigger sum wins over last period's", []uint32{20, 30, 15}, 50, []bool{true, false, true}, []bool{true, true, false}},
-		{"unknown or whole-GPU holdings never fit", []uint32{0, 100, 101, 40}, 70, nil, []bool{false, false, false, true}},
-		{"no budget", []uint32{10}, 0, nil, []bool{false}},
-		{"NaN budget", []uint32{10}, math.NaN(), nil, []bool{false}},
-		{"a budget past the GPU is the GPU", []uint32{60, 60}, math.Inf(1), nil, []bool{true, false}},
-		{"rounding to whole percents", []uint32{50}, 49.6, nil, []bool{true}},
-		{"none", nil, 70, nil, []bool{}},
+		{"no turn: the best sum, not the largest first", []uint32{30, 25, 25}, 50, -1, []bool{false, true, true}},
+		{"the turn's, then the best sum in the room left", []uint32{30, 25, 25}, 50, 1, []bool{false, true, true}},
+		{"the turn's, then what fits beside it", []uint32{30, 25, 15}, 50, 0, []bool{true, false, true}},
+		{"four jobs over 70, each in turn", []uint32{70, 35, 23, 17}, 70, 0, []bool{true, false, false, false}},
+		{"four jobs over 70, the second's turn", []uint32{70, 35, 23, 17}, 70, 1, []bool{false, true, true, false}},
+		{"four jobs over 70, the last's turn", []uint32{70, 35, 23, 17}, 70, 3, []bool{false, true, false, true}},
+		{"equal sums: the same set every time", []uint32{25, 25, 25}, 50, -1, []bool{true, true, false}},
+		{"a turn past the list is none", []uint32{50, 25}, 50, 7, []bool{true, false}},
+		{"unknown or whole-GPU holdings never fit, even in their turn", []uint32{0, 100, 101, 40}, 70, 1, []bool{false, false, false, true}},
+		{"no budget", []uint32{10}, 0, 0, []bool{false}},
+		{"NaN budget", []uint32{10}, math.NaN(), 0, []bool{false}},
+		{"a budget past the GPU is the GPU", []uint32{60, 60}, math.Inf(1), 1, []bool{false, true}},
+		{"rounding to whole percents", []uint32{50}, 49.6, 0, []bool{true}},
+		{"none", nil, 70, -1, []bool{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := FitHeld(tc.held, tc.budget, tc.prev)
+			got := FitHeld(tc.held, tc.budget, tc.turn)
 			if !slices.Equal(got, tc.want) {
-				t.Errorf("FitHeld(%v, %v, %v) = %v, want %v", tc.held, tc.budget, tc.prev, got, tc.want)
+				t.Errorf("FitHeld(%v, %v, %v) = %v, want %v", tc.held, tc.budget, tc.turn, got, tc.want)
 			}
 		})
 	}

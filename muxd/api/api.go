@@ -215,8 +215,8 @@ type GPU struct {
 	// OfflineMPSHeld: the budget fits, but the offline processes may hold this much
 	// (percent, summed: MPS fixed their percentages when they started, before their
 	// neighbours came), more than the budget: only OfflineMPSFitted of the offline
-	// containers fit it (the set whose percentages sum highest within it), the others
-	// keep their launches bounded for online work until some go. OfflineMPSFitted is set
+	// containers fit it (they take turns of alloc.FitTurn: alloc.FitHeld), the others
+	// keep their launches bounded for online work for the turn. OfflineMPSFitted is set
 	// wherever the budget fits (all of them while nothing is held above it). Each that
 	// fits may use the whole offline ceiling; the others split it.
 	OfflineMPSHeld   float64 `json:"offline_mps_held,omitempty"`

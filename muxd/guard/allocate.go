@@ -118,7 +118,7 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 			f.fits = false
 		}
 		if f.fits {
-			g.fitHeld(&f, v.offline, st)
+			g.fitHeld(&f, v.offline, now)
 		}
 	}
 	if fitted := f.fitted(); f.width != st.fit.width || f.budget != st.fit.budget || fitted != st.fit.fitted() {
@@ -133,30 +133,23 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 
 // fitHeld says which of a GPU's offline containers fit its MPS budget (f.fitIn, by
 // alloc.FitHeld) from the percentages their processes may hold: all of them unless, from
-// before their neighbours came, those sum above the budget (f.held, percent). Last
-// period's set is kept where another would not fit more. g.mu held.
-func (g *Guard) fitHeld(f *mpsFit, offline []api.Container, st *gpuState) {
+// before their neighbours came, those sum above the budget (f.held, percent); then they
+// take turns of alloc.FitTurn, in the order muxd lists them. g.mu held.
+func (g *Guard) fitHeld(f *mpsFit, offline []api.Container, now time.Time) {
 	held := make([]uint32, len(offline))
-	prev := make([]bool, len(offline))
 	var sum uint32
 	for j, c := range offline {
 		held[j] = g.heldMPS(c.ID)
-		prev[j] = st.fitIn[c.ID]
 		sum += held[j]
 	}
+	turn := -1
+	if n := int64(len(offline)); n > 0 {
+		turn = int(now.UnixNano() / int64(alloc.FitTurn) % n)
+	}
 	f.fitPct = held
-	f.fitIn = alloc.FitHeld(held, f.budget*100, prev)
+	f.fitIn = alloc.FitHeld(held, f.budget*100, turn)
 	if float64(sum) > f.budget*100+0.5 {
 		f.held = float64(sum)
-	}
-	clear(st.fitIn)
-	if st.fitIn == nil {
-		st.fitIn = map[string]bool{}
-	}
-	for j, c := range offline {
-		if f.fitIn[j] {
-			st.fitIn[c.ID] = true
-		}
 	}
 }
 

@@ -159,14 +159,15 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	f.startedAt(t, "first", 50)
 	f.mon.set(0, monitor.Healthy, 45)
 	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
-	now := time.Now()
+	// the start of the first container's turn (alloc.FitTurn; "first" is listed first)
+	now := time.Now().Truncate(2 * alloc.FitTurn)
 	f.g.Step(context.Background(), now)
 	if l := f.blk["first"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 50 {
 		t.Fatalf("alone: MPS %d%%, fit %d%%; want 50%% and 50%%", l.MPSActiveThreadPercent, l.Signal.FitPercent)
 	}
 	f.g.Containers = list{svc, first, second}
 	f.startedAt(t, "second", 25)
-	for i := range 3 { // the set that fits stays
+	for i := range 3 { // the set that fits stays for the turn
 		f.g.Step(context.Background(), now.Add(time.Duration(i+1)*100*time.Millisecond))
 		for id, want := range map[string]uint32{"first": 50, "second": 0} {
 			if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != 25 || l.Signal.FitPercent != want {
@@ -189,6 +190,18 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 			t.Errorf("%s: launch-gate share %.4f of a %.4f ceiling, want %.4f", id, got, st.OfflineShare, want)
 		}
 	}
+	// the second's turn: it fits (its processes hold 25%) and the first is bounded
+	f.g.Step(context.Background(), now.Add(alloc.FitTurn))
+	for id, want := range map[string]uint32{"first": 0, "second": 25} {
+		if l := f.blk[id].Limits(); l.Signal.FitPercent != want {
+			t.Errorf("the second's turn: %s fit %d%%, want %d%%", id, l.Signal.FitPercent, want)
+		}
+	}
+	f.g.Step(context.Background(), now.Add(2*alloc.FitTurn))
+	if l := f.blk["first"].Limits(); l.Signal.FitPercent != 50 {
+		t.Errorf("the first's turn again: fit %d%%, want 50%%", l.Signal.FitPercent)
+	}
+	now = now.Add(2 * alloc.FitTurn)
 	f.g.Containers = list{svc, second}
 	f.g.Step(context.Background(), now.Add(500*time.Millisecond))
 	// its processes started at 25%; new ones get 50%, counted from the next period

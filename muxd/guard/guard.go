@@ -136,8 +136,6 @@ type gpuState struct {
 	width alloc.Width
 	bus   alloc.Bus
 	fit   mpsFit
-	// fitIn is the offline containers that fitted the MPS budget last period (by ID).
-	fitIn map[string]bool
 	// powerCapped is when the GPU last ran at its power cap with online work on it.
 	powerCapped time.Time
 }
@@ -205,8 +203,8 @@ type Status struct {
 	PowerCapped bool `json:"power_capped,omitempty"`
 	// MPSHeld: the budget fits, but the offline processes may hold this much (percent,
 	// summed), more than the budget, from before their neighbours came: only MPSFitted
-	// of the offline containers fit it (the set whose percentages sum highest within
-	// it); the others stay bounded until some go.
+	// of the offline containers fit it (they take turns: alloc.FitHeld); the others
+	// stay bounded for the turn.
 	MPSHeld   float64 `json:"mps_held,omitempty"`
 	MPSFitted int     `json:"mps_fitted,omitempty"`
 	// MemBound: the budget fits, but the online and offline kernels together ask for more
