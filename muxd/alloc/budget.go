@@ -180,12 +180,43 @@ func (b *Bus) Observe(u BusUse, now time.Time) (bound bool, online, offline floa
 	return !b.at.IsZero() && now.Sub(b.at) < WidthMemory, online, offline
 }
 
-// FitTurn is how long each offline container of a GPU whose containers together may
-// hold more of its MPS budget than it has gets to be the one that fits it (FitHeld's
-// turn): MPS fixes a process's active-thread percentage when it starts, so a job that
-// started alone keeps the whole budget after a neighbour comes, and the jobs outside the
-// fitted set get little done; taking turns gives each its time unbounded.
+// FitTurn is how long, on average, each offline container of a GPU whose containers
+// together may hold more of its MPS budget than it has gets to be the one that fits it
+// (FitHeld's turn): MPS fixes a process's active-thread percentage when it starts, so a
+// job that started alone keeps the whole budget after a neighbour comes, and the jobs
+// outside the fitted set get little done; taking turns gives each its time unbounded.
 const FitTurn = 2 * time.Second
+
+// TurnAt is whose turn it is at now (an index into held, -1 when none may fit): the
+// containers whose percentages are 1..100 take turns in order, in cycles of FitTurn
+// each on average, each turn as long as its share of their summed percentages. A job
+// holding more SMs does more in a turn, so its longer turn keeps what the GPU gets done
+// close to what the largest alone would, while every job still gets its time.
+func TurnAt(held []uint32, now time.Time) int {
+	var sum, n int64
+	for _, h := range held {
+		if h > 0 && h <= 100 {
+			sum += int64(h)
+			n++
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	cycle := n * int64(FitTurn)
+	at := float64(now.UnixNano()%cycle) / float64(cycle) * float64(sum) // in percents
+	last := -1
+	for i, h := range held {
+		if h > 0 && h <= 100 {
+			if at < float64(h) {
+				return i
+			}
+			at -= float64(h)
+			last = i
+		}
+	}
+	return last // rounding at the cycle's end
+}
 
 // FitHeld chooses which of a GPU's offline containers may run as fitting its MPS budget
 // when together they may hold more of it than it has. held is each container's

@@ -163,6 +163,33 @@ func TestFitHeld(t *testing.T) {
 	}
 }
 
+func TestTurnAt(t *testing.T) {
+	cycle := func(n int) time.Duration { return time.Duration(n) * FitTurn }
+	t0 := time.Unix(0, 0).Add(100 * cycle(6)) // a cycle's start for 2 and 3 containers
+	for _, tc := range []struct {
+		name string
+		held []uint32
+		at   time.Duration
+		want int
+	}{
+		{"none", nil, 0, -1},
+		{"none that may fit", []uint32{0, 101}, 0, -1},
+		{"alone", []uint32{30}, 3 * time.Second, 0},
+		{"the first's turn", []uint32{70, 35}, 0, 0},
+		{"still the first's: two thirds of the cycle", []uint32{70, 35}, cycle(2) * 66 / 100, 0},
+		{"the second's", []uint32{70, 35}, cycle(2) * 67 / 100, 1},
+		{"the first's again", []uint32{70, 35}, cycle(2), 0},
+		{"those that may not fit take no turn", []uint32{0, 50, 50}, cycle(2) * 3 / 4, 2},
+		{"the cycle's last instant", []uint32{50, 25}, cycle(2) - 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := TurnAt(tc.held, t0.Add(tc.at)); got != tc.want {
+				t.Errorf("TurnAt(%v, +%v) = %d, want %d", tc.held, tc.at, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestBoundedBeside(t *testing.T) {
 	for _, tc := range []struct{ budget, fitted, want float64 }{
 		{50, 0, 1},             // nothing fits: the split as it is

@@ -134,7 +134,7 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 // fitHeld says which of a GPU's offline containers fit its MPS budget (f.fitIn, by
 // alloc.FitHeld) from the percentages their processes may hold: all of them unless, from
 // before their neighbours came, those sum above the budget (f.held, percent); then they
-// take turns of alloc.FitTurn, in the order muxd lists them. g.mu held.
+// take turns (alloc.TurnAt), in the order muxd lists them. g.mu held.
 func (g *Guard) fitHeld(f *mpsFit, offline []api.Container, now time.Time) {
 	held := make([]uint32, len(offline))
 	var sum uint32
@@ -142,12 +142,8 @@ func (g *Guard) fitHeld(f *mpsFit, offline []api.Container, now time.Time) {
 		held[j] = g.heldMPS(c.ID)
 		sum += held[j]
 	}
-	turn := -1
-	if n := int64(len(offline)); n > 0 {
-		turn = int(now.UnixNano() / int64(alloc.FitTurn) % n)
-	}
 	f.fitPct = held
-	f.fitIn = alloc.FitHeld(held, f.budget*100, turn)
+	f.fitIn = alloc.FitHeld(held, f.budget*100, alloc.TurnAt(held, now))
 	if float64(sum) > f.budget*100+0.5 {
 		f.held = float64(sum)
 	}

@@ -190,8 +190,9 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 			t.Errorf("%s: launch-gate share %.4f of a %.4f ceiling, want %.4f", id, got, st.OfflineShare, want)
 		}
 	}
-	// the second's turn: it fits (its processes hold 25%) and the first is bounded
-	f.g.Step(context.Background(), now.Add(alloc.FitTurn))
+	// the second's turn, the last third of the cycle (it holds 25% of the 75%): it fits
+	// and the first is bounded
+	f.g.Step(context.Background(), now.Add(2*alloc.FitTurn*5/6))
 	for id, want := range map[string]uint32{"first": 0, "second": 25} {
 		if l := f.blk[id].Limits(); l.Signal.FitPercent != want {
 			t.Errorf("the second's turn: %s fit %d%%, want %d%%", id, l.Signal.FitPercent, want)
