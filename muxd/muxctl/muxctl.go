@@ -310,7 +310,7 @@ func offlineMPS(g api.GPU) string {
 	s := fmt.Sprintf("%.0f%%", g.OfflineMPS)
 	switch {
 	case g.OfflineMPSFits && g.OfflineMPSHeld > 0:
-		s += fmt.Sprintf(" (fits online %.0f%%; offline holds %.0f%%: %d of %d fit, the others bounded)", g.OnlineWidth, g.OfflineMPSHeld, g.OfflineMPSFitted, g.OfflineContainers)
+		s += fmt.Sprintf(" (fits online %.0f%%; offline holds %.0f%%: %d of %d fit, in turns, the others bounded)", g.OnlineWidth, g.OfflineMPSHeld, g.OfflineMPSFitted, g.OfflineContainers)
 	case g.OfflineMPSFits:
 		s += fmt.Sprintf(" (fits online %.0f%%)", g.OnlineWidth)
 	case g.OfflineMPSPowerCapped:

@@ -211,7 +211,7 @@ func TestOfflineMPSColumn(t *testing.T) {
 		{api.GPU{OfflineMPS: 70, OnlineWidth: 100}, "70% (online 100% too wide)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSPowerCapped: true}, "50% (fits online 50%; power-capped: offline bounded)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSMemBound: true, OnlineMemBW: 50, OfflineMemBW: 62}, "50% (fits online 50%; memory bandwidth online 50% + offline 62%: bounded)"},
-		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true, OfflineMPSHeld: 75, OfflineMPSFitted: 1, OfflineContainers: 2}, "50% (fits online 50%; offline holds 75%: 1 of 2 fit, the others bounded)"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true, OfflineMPSHeld: 75, OfflineMPSFitted: 1, OfflineContainers: 2}, "50% (fits online 50%; offline holds 75%: 1 of 2 fit, in turns, the others bounded)"},
 	} {
 		if got := offlineMPS(tc.g); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.g, got, tc.want)
