@@ -121,8 +121,9 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 			g.fitHeld(&f, v.offline, now)
 		}
 	}
-	if fitted := f.fitted(); f.width != st.fit.width || f.budget != st.fit.budget || fitted != st.fit.fitted() {
-		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped, "held", f.held, "fitted", fitted, "offline", len(v.offline))
+	// not on every turn of the fitted set (fitHeld): that changes every few seconds
+	if f.width != st.fit.width || f.budget != st.fit.budget || f.fits != st.fit.fits || f.held != st.fit.held {
+		g.Log.Info("offline MPS budget", "gpu", v.status.UUID, "online_width", pct(f.width*100), "budget", pct(f.budget*100), "fits", f.fits, "power_capped", f.powerCapped, "held", f.held, "fitted", f.fitted(), "offline", len(v.offline))
 	}
 	if f.busBound != st.fit.busBound {
 		g.Log.Info("memory bandwidth", "gpu", v.status.UUID, "contended", f.busBound, "online_bw", pct(f.busOnline), "offline_bw", pct(f.busOffline), "max", pct(alloc.BusMax))
