@@ -2,8 +2,9 @@
 # Real-GPU check of SysMonitor (monitor/): runs nvmlprobe against the real
 # NVML for 30 s while, if PyTorch can reach the GPU, a 15 s matmul load runs
 # from about second 3 (after PyTorch starts), and prints the sampled metrics, the health states
-# derived, the events and a PASS/FAIL verdict. Called by tests/gpu/check.sh;
-# runnable alone on any GPU node. Exit status 0 means PASS.
+# derived, the events and a PASS/FAIL verdict. Run beside tests/gpu/check.sh
+# (it needs nvmlprobe, built with Go here or carried in build/bin); runnable
+# alone on any GPU node. Exit status 0 means PASS.
 #
 # Env: MUXFLOW_BUILD (default <repo>/build) holds bin/nvmlprobe (built here
 # with Go if missing); OUT, if set, receives monitor-probe.json and the logs.

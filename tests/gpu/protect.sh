@@ -69,7 +69,7 @@ run_case() { # run_case NAME MODE OFFLINE(none|-|BLOCK)
   [ -n "$alone" ] && [ -n "${p99[$name]}" ] && ratio=$("$py" -c "print(f'{${p99[$name]}/$alone:.2f}')")
   echo "$name: online $j"
   [ -n "$o" ] && echo "$name: offline $o"
-  echo "RESULT $name: INFO (online p99 ${p99[$name]:-?} ms${ratio:+, ${ratio}x alone}; offline $(jget "$o" iters_per_s) matmuls/s)"
+  echo "RESULT $name: INFO (online p99 ${p99[$name]:-?} ms${ratio:+, ${ratio}x alone}${o:+; offline $(jget "$o" iters_per_s) matmuls/s})"
 }
 
 echo "== machine"
