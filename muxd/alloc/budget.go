@@ -195,7 +195,7 @@ const FitTurn = 2 * time.Second
 func TurnAt(held []uint32, now time.Time) int {
 	var sum, n int64
 	for _, h := range held {
-		if h > 0 && h <= 100 {
+		if mayFit(h) {
 			sum += int64(h)
 			n++
 		}
@@ -207,7 +207,7 @@ func TurnAt(held []uint32, now time.Time) int {
 	at := float64(now.UnixNano()%cycle) / float64(cycle) * float64(sum) // in percents
 	last := -1
 	for i, h := range held {
-		if h > 0 && h <= 100 {
+		if mayFit(h) {
 			if at < float64(h) {
 				return i
 			}
@@ -217,6 +217,10 @@ func TurnAt(held []uint32, now time.Time) int {
 	}
 	return last // rounding at the cycle's end
 }
+
+// mayFit: a container whose processes hold h percent may fit an MPS budget (0 is
+// unknown, above 100 the whole GPU).
+func mayFit(h uint32) bool { return h > 0 && h <= 100 }
 
 // FitHeld chooses which of a GPU's offline containers may run as fitting its MPS budget
 // when together they may hold more of it than it has. held is each container's
@@ -232,19 +236,18 @@ func FitHeld(held []uint32, budget float64, turn int) []bool {
 		return fit
 	}
 	room := int(math.Floor(math.Min(budget, 100) + 0.5))
-	valid := func(i int) bool { return held[i] > 0 && held[i] <= 100 && int(held[i]) <= room }
 	sum := 0
-	for i := range held {
-		if held[i] > 0 && held[i] <= 100 {
+	for i, h := range held {
+		if mayFit(h) {
 			fit[i] = true
-			sum += int(held[i])
+			sum += int(h)
 		}
 	}
 	if sum <= room {
 		return fit // the usual case: they all fit
 	}
 	clear(fit)
-	if turn >= 0 && turn < len(held) && valid(turn) {
+	if turn >= 0 && turn < len(held) && mayFit(held[turn]) && int(held[turn]) <= room {
 		fit[turn] = true
 		room -= int(held[turn])
 	}
@@ -256,7 +259,7 @@ func FitHeld(held []uint32, budget float64, turn int) []bool {
 	for i := range n {
 		take[i] = make([]bool, room+1)
 		h := int(held[i])
-		if fit[i] || !valid(i) || h > room {
+		if fit[i] || !mayFit(held[i]) || h > room {
 			continue
 		}
 		v := int64(h)*step + 1
