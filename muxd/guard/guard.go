@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
@@ -37,7 +38,9 @@ type Monitor interface {
 
 // Containers lists registered containers.
 type Containers interface {
-	List() []api.Container
+	// AppendTo appends every registered container, sorted by id, to dst (the guard
+	// lists into the same buffer every period).
+	AppendTo(dst []api.Container) []api.Container
 }
 
 // Blocks gives the open control block of a container (nil if it has none).
@@ -112,6 +115,7 @@ type loopState struct {
 	fits      []mpsFit // per view, this period's MPS budgets
 	parts     ceilingParts
 	pids      struct{ online, offline map[int]string }
+	profile   profileScratch
 }
 
 // gpuState is what the guard remembers of one GPU between periods.
@@ -312,53 +316,70 @@ func (g *Guard) profile(now time.Time, sv *stepView, r *usageReads) {
 	if g.Profiler == nil {
 		return
 	}
-	obs := make([]workloadprofile.GPUObservation, 0, len(sv.views))
-	for _, v := range sv.views {
-		obs = append(obs, g.observe(v, r.rates))
+	ps := &g.loop.profile
+	if ps.inits == nil {
+		ps.inits, ps.byID = map[int]string{}, map[string]int{}
 	}
-	g.Profiler.Observe(now, obs)
+	if cap(ps.obs) < len(sv.views) {
+		ps.obs = append(ps.obs[:cap(ps.obs)], make([]workloadprofile.GPUObservation, len(sv.views)-cap(ps.obs))...)
+	}
+	ps.obs = ps.obs[:len(sv.views)]
+	for i, v := range sv.views {
+		g.observe(&ps.obs[i], v, r.rates, ps)
+	}
+	g.Profiler.Observe(now, ps.obs)
 }
 
-// observe sums each container's processes' NVML figures on one GPU.
-func (g *Guard) observe(v gpuView, rates map[string]float64) workloadprofile.GPUObservation {
-	o := workloadprofile.GPUObservation{UUID: v.status.UUID, Type: GPUType(v.status.Name)}
-	inits := map[int]string{}
-	byID := map[string]*workloadprofile.Observation{}
+// profileScratch is what profile reuses from one period to the next.
+type profileScratch struct {
+	obs   []workloadprofile.GPUObservation
+	inits map[int]string // init pid -> container id, of one GPU's containers
+	byID  map[string]int // container id -> its index in one GPUObservation's Containers
+}
+
+// observe sums each container's processes' NVML figures on one GPU into o (whose
+// Containers slice is reused).
+func (g *Guard) observe(o *workloadprofile.GPUObservation, v gpuView, rates map[string]float64, ps *profileScratch) {
+	o.UUID, o.Type, o.Containers = v.status.UUID, GPUType(v.status.Name), o.Containers[:0]
+	clear(ps.inits)
+	clear(ps.byID)
 	for _, c := range v.all {
-		inits[c.PID] = c.ID
+		ps.inits[c.PID] = c.ID
+		ps.byID[c.ID] = len(o.Containers)
 		o.Containers = append(o.Containers, workloadprofile.Observation{ID: c.ID, Online: c.Class == api.Online, Speed: rates[c.ID]})
 	}
-	for i := range o.Containers {
-		byID[o.Containers[i].ID] = &o.Containers[i]
+	s := v.status.Sample
+	if s == nil {
+		return
 	}
-	if s := v.status.Sample; s != nil {
-		for _, ps := range s.Processes {
-			id, ok := g.Owner(int(ps.PID), inits)
-			if !ok {
-				continue
-			}
-			c := byID[id]
-			if ps.SMUtilPercent != nil {
-				c.GPUUtil += float64(*ps.SMUtilPercent)
-			}
-			if ps.MemUtilPercent != nil {
-				c.MemBWUtil += float64(*ps.MemUtilPercent)
-			}
-			if ps.UsedMemoryBytes != nil {
-				c.MemoryBytes += *ps.UsedMemoryBytes
-			}
+	for _, p := range s.Processes {
+		id, ok := g.Owner(int(p.PID), ps.inits)
+		if !ok {
+			continue
+		}
+		c := &o.Containers[ps.byID[id]]
+		if p.SMUtilPercent != nil {
+			c.GPUUtil += float64(*p.SMUtilPercent)
+		}
+		if p.MemUtilPercent != nil {
+			c.MemBWUtil += float64(*p.MemUtilPercent)
+		}
+		if p.UsedMemoryBytes != nil {
+			c.MemoryBytes += *p.UsedMemoryBytes
 		}
 	}
-	return o
 }
 
 // GPUType names a GPU model the way clusters label it: "NVIDIA H100 80GB HBM3" -> "H100".
 func GPUType(name string) string {
-	f := strings.Fields(strings.TrimPrefix(name, "NVIDIA "))
-	if len(f) == 0 {
+	f := strings.TrimSpace(strings.TrimPrefix(name, "NVIDIA "))
+	if f == "" {
 		return "unknown"
 	}
-	return f[0]
+	if i := strings.IndexFunc(f, unicode.IsSpace); i >= 0 {
+		f = f[:i]
+	}
+	return f
 }
 
 func (g *Guard) event(uuid, id, text string) {

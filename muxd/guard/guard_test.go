@@ -64,7 +64,7 @@ func (f *fakeMonitor) set(i int, st monitor.State, onlineUtil uint32) {
 
 type list []api.Container
 
-func (l list) List() []api.Container { return l }
+func (l list) AppendTo(dst []api.Container) []api.Container { return append(dst, l...) }
 
 type fakeBlocks map[string]*ctlblock.Block
 

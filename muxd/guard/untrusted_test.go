@@ -167,10 +167,11 @@ func TestOfflineRateCarriesBetweenReads(t *testing.T) {
 	now := time.Now()
 	f.g.Step(context.Background(), now)
 	f.writeUsage(t, "train", func(r *ctlblock.RawUsage) { r.Launches += 1000 })
-	f.steps(&now, OfflineUsagePeriod) // read again: 1,000 launches in 0.5 s
+	f.steps(&now, OfflineUsagePeriod) // read again: 1,000 launches in one OfflineUsagePeriod
+	want := 1000 / OfflineUsagePeriod.Seconds()
 	for range 3 {
-		if got := f.g.loop.reads.rates["train"]; math.Abs(got-2000) > 1 {
-			t.Fatalf("offline launch rate %v, want 2000/s in every period until the next read", got)
+		if got := f.g.loop.reads.rates["train"]; math.Abs(got-want) > 1 {
+			t.Fatalf("offline launch rate %v, want %v/s in every period until the next read", got, want)
 		}
 		f.steps(&now, 100*time.Millisecond)
 	}

@@ -28,7 +28,9 @@ type stepView struct {
 	// live are the IDs of every registered container, running or not: per-container
 	// state of the others is forgotten.
 	live map[string]bool
-	idx  []int // scratch for gpuIndexes
+	// listed is the registry's list this period, and idx scratch for gpuIndexes.
+	listed []api.Container
+	idx    []int
 }
 
 // sampleView fills the loop's view for this period from the monitor's snapshot and the
@@ -49,7 +51,8 @@ func (g *Guard) sampleView() *stepView {
 	}
 	clear(sv.live)
 	sv.running = sv.running[:0]
-	for _, c := range g.Containers.List() {
+	sv.listed = g.Containers.AppendTo(sv.listed[:0])
+	for _, c := range sv.listed {
 		sv.live[c.ID] = true
 		if c.State != api.StateRunning {
 			continue

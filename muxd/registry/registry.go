@@ -56,6 +56,9 @@ type Registry struct {
 
 	mu      sync.Mutex
 	entries map[string]*Entry
+	// sorted is entries in id order, rebuilt on the first listing after an entry was
+	// added or removed: the guard lists every period, registrations are rare.
+	sorted []*Entry
 }
 
 // StaleCreated is how long a container may stay registered without ever starting before
@@ -93,6 +96,7 @@ func Open(dir string, procs ProcessChecker, log *slog.Logger) (*Registry, error)
 		}
 		r.entries[e.ID] = e
 	}
+	r.sorted = nil
 	return r, nil
 }
 
@@ -167,6 +171,7 @@ func (r *Registry) Add(reg classify.Registration, control api.ControlPaths) (c a
 		return api.Container{}, false, err
 	}
 	r.entries[req.ID] = e
+	r.sorted = nil
 	return e.Container, true, nil
 }
 
@@ -234,6 +239,7 @@ func (r *Registry) Remove(id string) error {
 		return fmt.Errorf("remove registry entry %s: %w", id, err)
 	}
 	delete(r.entries, id)
+	r.sorted = nil
 	return nil
 }
 
@@ -255,12 +261,30 @@ func (r *Registry) Get(id string) (api.Container, error) {
 func (r *Registry) List() []api.Container {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]api.Container, 0, len(r.entries))
-	for _, e := range r.entries {
-		out = append(out, e.Container)
+	return r.appendSorted(make([]api.Container, 0, len(r.entries)))
+}
+
+// AppendTo appends all containers, sorted by id, to dst: List for a caller that lists
+// every period into the same buffer.
+func (r *Registry) AppendTo(dst []api.Container) []api.Container {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appendSorted(dst)
+}
+
+// appendSorted appends the containers in id order; callers hold r.mu.
+func (r *Registry) appendSorted(dst []api.Container) []api.Container {
+	if r.sorted == nil {
+		r.sorted = make([]*Entry, 0, len(r.entries))
+		for _, e := range r.entries {
+			r.sorted = append(r.sorted, e)
+		}
+		sort.Slice(r.sorted, func(i, j int) bool { return r.sorted[i].ID < r.sorted[j].ID })
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+	for _, e := range r.sorted {
+		dst = append(dst, e.Container)
+	}
+	return dst
 }
 
 // Len returns how many containers are registered.
@@ -329,6 +353,7 @@ func (r *Registry) RemoveStale(id string) (reason string, err error) {
 		return "", fmt.Errorf("remove registry entry %s: %w", id, err)
 	}
 	delete(r.entries, id)
+	r.sorted = nil
 	return why, nil
 }
 

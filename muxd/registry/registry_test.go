@@ -231,3 +231,47 @@ func TestRemoveStaleRechecks(t *testing.T) {
 		t.Fatalf("RemoveStale of a removed entry: %v", err)
 	}
 }
+
+// The guard lists the registry every period through a cached order: the list must follow
+// every add, removal and change of state, sorted by id, and AppendTo must leave what dst
+// held before.
+func TestListFollowsChanges(t *testing.T) {
+	r, err := Open(t.TempDir(), fakeProcs{100: 7}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		var out []string
+		got := r.AppendTo([]api.Container{{RegisterRequest: api.RegisterRequest{ID: "kept"}}})
+		if got[0].ID != "kept" {
+			t.Errorf("AppendTo overwrote dst: %v", got[0])
+		}
+		for _, c := range got[1:] {
+			out = append(out, c.ID+":"+string(c.State))
+		}
+		return out
+	}
+	for _, id := range []string{"c", "a", "b"} {
+		if _, _, err := r.Add(req(id), api.ControlPaths{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff([]string{"a:created", "b:created", "c:created"}, ids()); diff != "" {
+		t.Errorf("after adds (-want +got):\n%s", diff)
+	}
+	if _, err := r.Start("b", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Remove("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Add(req("0"), api.ControlPaths{}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"0:created", "b:running", "c:created"}, ids()); diff != "" {
+		t.Errorf("after a start, a removal and an add (-want +got):\n%s", diff)
+	}
+	if got := r.List(); len(got) != 3 || got[0].ID != "0" {
+		t.Errorf("List = %v", got)
+	}
+}

@@ -78,6 +78,7 @@ type pending struct {
 type pairStats struct {
 	online, offline stats
 	gpuType         string
+	seen            uint64 // the Observe call that last saw the pair (Profiler.observed)
 }
 
 // Profiler accumulates observations; safe for concurrent use.
@@ -89,6 +90,9 @@ type Profiler struct {
 	pending []pending
 	retired map[string]bool // forgotten containers whose solo stats pending records need
 	records []profile.Colocation
+	// observed counts Observe calls; a pair not seen in the latest has ended (a mark
+	// rather than a set of the live pairs, which would be built every period).
+	observed uint64
 }
 
 // New returns an empty profiler.
@@ -102,7 +106,7 @@ func New() *Profiler {
 func (p *Profiler) Observe(now time.Time, gpus []GPUObservation) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	live := map[pairKey]bool{}
+	p.observed++
 	for _, g := range gpus {
 		for _, o := range g.Containers {
 			cur := p.current[o.ID]
@@ -136,12 +140,12 @@ func (p *Profiler) Observe(now time.Time, gpus []GPUObservation) {
 				}
 				ps.online.add(on)
 				ps.offline.add(off)
-				live[k] = true
+				ps.seen = p.observed
 			}
 		}
 	}
 	for k, ps := range p.pairs {
-		if !live[k] {
+		if ps.seen != p.observed {
 			p.close(k, ps, now)
 			delete(p.pairs, k)
 		}
