@@ -1,6 +1,7 @@
 package nvmlsim
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,7 +25,10 @@ type conn struct {
 	mu  sync.Mutex
 	c   net.Conn
 	dec *json.Decoder
-	buf []byte
+	// out holds the requests of one round trip, written by enc (one line each), kept
+	// between calls: a sampler sends one ten times a second.
+	out bytes.Buffer
+	enc *json.Encoder
 }
 
 // roundTrip sends qs and returns their answers, in order. An answer carrying an error
@@ -63,15 +67,16 @@ func (c *conn) try(ctx context.Context, qs []simd.Request) ([]simd.Response, err
 		dl = time.Now().Add(2 * time.Second)
 	}
 	_ = c.c.SetDeadline(dl)
-	c.buf = c.buf[:0]
+	if c.enc == nil {
+		c.enc = json.NewEncoder(&c.out)
+	}
+	c.out.Reset()
 	for _, q := range qs {
-		b, err := json.Marshal(q)
-		if err != nil {
+		if err := c.enc.Encode(q); err != nil {
 			return nil, err
 		}
-		c.buf = append(append(c.buf, b...), '\n')
 	}
-	if _, err := c.c.Write(c.buf); err != nil {
+	if _, err := c.c.Write(c.out.Bytes()); err != nil {
 		return fail(fmt.Errorf("send to gpusimd: %w", err))
 	}
 	out := make([]simd.Response, len(qs))

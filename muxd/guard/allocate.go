@@ -476,18 +476,19 @@ func (g *Guard) onlineUtil(v gpuView, bus *alloc.BusUse) (util float64, ok bool,
 // changes for the API and the experiment plot.
 func (g *Guard) noteChange(st *gpuState, v gpuView, d alloc.Decision, now time.Time) {
 	key := string(d.Reason)
-	why := d.Detail
-	switch d.Reason {
-	case alloc.ReasonHealth:
-		why = fmt.Sprintf("GPU %s (%s): %s", v.status.State, v.status.Reason.Text, d.Detail)
-	case alloc.ReasonStatic, alloc.ReasonIdle:
-	default:
-		why = fmt.Sprintf("%s; online demand %.0f%% + headroom %.0f%%; utilisation from %s", d.Detail, 100*d.Demand, 100*g.loop.allocCfg.Headroom, st.source)
-	}
 	if st.failing && d.Reason != alloc.ReasonFallback {
 		key += "/fallback"
 	}
 	if st.changed.IsZero() || key != st.reasonKey || math.Abs(d.Share-st.share) >= 0.005 {
+		// The text is built only for a change: most periods change nothing.
+		why := d.Detail
+		switch d.Reason {
+		case alloc.ReasonHealth:
+			why = fmt.Sprintf("GPU %s (%s): %s", v.status.State, v.status.Reason.Text, d.Detail)
+		case alloc.ReasonStatic, alloc.ReasonIdle:
+		default:
+			why = fmt.Sprintf("%s; online demand %.0f%% + headroom %.0f%%; utilisation from %s", d.Detail, 100*d.Demand, 100*g.loop.allocCfg.Headroom, st.source)
+		}
 		st.reason, st.reasonKey, st.changed = fmt.Sprintf("%.0f%% → %.0f%%: %s", 100*st.share, 100*d.Share, why), key, now
 		st.history = append(st.history, api.CeilingChange{At: now, From: pct(st.share), To: pct(d.Share), Demand: pct(d.Demand), Reason: key, Detail: why})
 		if len(st.history) > historyLen {

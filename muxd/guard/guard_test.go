@@ -264,6 +264,32 @@ func TestForgetsContainersThatAreGone(t *testing.T) {
 	}
 }
 
+// The guard rebuilds its set of live containers only when the registry's IDs change (or
+// every forgetEvery periods): a container replaced by another (same count) is forgotten at
+// once, and state left by one that came and went between two periods within forgetEvery.
+func TestForgetsOnAnyChangeOfIDs(t *testing.T) {
+	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	now := time.Now()
+	for range 3 {
+		now = now.Add(100 * time.Millisecond)
+		f.g.Step(context.Background(), now)
+	}
+	f.g.Containers = list{running("svc", api.Online, 100, "0"), running("train2", api.Offline, 300, "0")}
+	now = now.Add(100 * time.Millisecond)
+	f.g.Step(context.Background(), now)
+	if _, ok := f.g.loop.trust.launches["train"]; ok {
+		t.Error("state of a container replaced by another is kept")
+	}
+	f.g.loop.trust.rate["ghost"] = 1 // as if written for a container gone before the next period
+	for range forgetEvery {
+		now = now.Add(100 * time.Millisecond)
+		f.g.Step(context.Background(), now)
+	}
+	if _, ok := f.g.loop.trust.rate["ghost"]; ok {
+		t.Errorf("state of a container that was never listed is kept after %d periods", forgetEvery)
+	}
+}
+
 // A compressed day keeps a period in every bucket of the learned pattern.
 func TestPatternBuckets(t *testing.T) {
 	for _, tc := range []struct {

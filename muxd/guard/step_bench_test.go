@@ -14,6 +14,7 @@ import (
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/blocks"
+	"github.com/muxflow/muxflow/muxd/workloadprofile"
 	"github.com/muxflow/muxflow/policy"
 )
 
@@ -53,7 +54,8 @@ func benchStep(b *testing.B, gpus, per int) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	g := &Guard{Monitor: mon, Containers: cs, Blocks: blk, Policy: func() *policy.Policy { return p }, Log: log,
-		Owner: func(pid int, inits map[int]string) (string, bool) { id, ok := inits[pid]; return id, ok }}
+		Owner:    func(pid int, inits map[int]string) (string, bool) { id, ok := inits[pid]; return id, ok },
+		Profiler: workloadprofile.New()} // as muxd's
 	now := time.Now()
 	for i := range 3 {
 		g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))

@@ -143,7 +143,9 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 		}
 		t.launches[c.ID] = n
 	}
-	g.forget(sv.live)
+	if sv.stale {
+		g.forget(sv.live)
+	}
 	for _, c := range sv.running {
 		if why, ok := r.corrupt[c.ID]; ok {
 			g.quarantine(ctx, c, sv.gpus, why, p)

@@ -26,8 +26,13 @@ type stepView struct {
 	// running are the running containers, each once (their usage is read).
 	running []api.Container
 	// live are the IDs of every registered container, running or not: per-container
-	// state of the others is forgotten.
-	live map[string]bool
+	// state of the others is forgotten. It is rebuilt, and stale set, only when the
+	// registry's list of IDs differs from the last period's or every forgetEvery
+	// periods (state of a container registered and removed between two periods).
+	live     map[string]bool
+	stale    bool
+	ids      []string // the last period's list of IDs
+	sinceIDs int      // periods since live was rebuilt
 	// listed is the registry's list this period, and idx scratch for gpuIndexes.
 	listed []api.Container
 	idx    []int
@@ -46,14 +51,10 @@ func (g *Guard) sampleView() *stepView {
 		v := &sv.views[i]
 		v.status, v.online, v.offline, v.all = sv.gpus[i], v.online[:0], v.offline[:0], v.all[:0]
 	}
-	if sv.live == nil {
-		sv.live = map[string]bool{}
-	}
-	clear(sv.live)
 	sv.running = sv.running[:0]
 	sv.listed = g.Containers.AppendTo(sv.listed[:0])
+	sv.noteIDs()
 	for _, c := range sv.listed {
-		sv.live[c.ID] = true
 		if c.State != api.StateRunning {
 			continue
 		}
@@ -72,4 +73,30 @@ func (g *Guard) sampleView() *stepView {
 		v.all = append(append(v.all, v.online...), v.offline...)
 	}
 	return sv
+}
+
+// forgetEvery is how many periods may pass between rebuilds of stepView.live.
+const forgetEvery = 50
+
+// noteIDs sets stale, rebuilding live, when the listed IDs differ from the last period's
+// (the list is sorted, so any add or removal shows) or forgetEvery periods have passed.
+func (sv *stepView) noteIDs() {
+	sv.sinceIDs++
+	sv.stale = sv.live == nil || sv.sinceIDs >= forgetEvery || len(sv.listed) != len(sv.ids)
+	for i := 0; !sv.stale && i < len(sv.listed); i++ {
+		sv.stale = sv.listed[i].ID != sv.ids[i]
+	}
+	if !sv.stale {
+		return
+	}
+	if sv.live == nil {
+		sv.live = map[string]bool{}
+	}
+	clear(sv.live)
+	sv.ids = sv.ids[:0]
+	for _, c := range sv.listed {
+		sv.live[c.ID] = true
+		sv.ids = append(sv.ids, c.ID)
+	}
+	sv.sinceIDs = 0
 }

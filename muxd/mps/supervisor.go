@@ -34,7 +34,8 @@ type Defaults struct {
 type Supervisor struct {
 	Control  Control
 	Defaults Defaults
-	// Period between looks at the daemon's process; 0 means 500 ms.
+	// Period between looks at the daemon's process; 0 means a second (a daemon muxd
+	// started is its child: its exit is seen at once, not at the next look).
 	Period time.Duration
 	// ProbeEvery is how often a command is sent when the process looks well; 0 means
 	// 10 s. The exec of the control tool is what a look at /proc saves: it cost more
@@ -90,7 +91,7 @@ func (s *Supervisor) PID() int {
 func (s *Supervisor) Run(ctx context.Context) error {
 	period := s.Period
 	if period <= 0 {
-		period = 500 * time.Millisecond
+		period = time.Second
 	}
 	if err := os.MkdirAll(s.Control.PipeDir, 0o755); err != nil {
 		return fmt.Errorf("create MPS pipe directory: %w", err)

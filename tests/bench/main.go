@@ -4,7 +4,11 @@
 //   - muxd: CPU share and RSS on a gpusim node of 8 H100s at 10 Hz sampling, idle, with
 //     16 containers per GPU and with 1,000 containers; the baseline is a muxd built from
 //     an older revision (-base-muxd), run interleaved with the current one on the same
-//     simulator settings; gpusimd's own CPU is shown beside it;
+//     simulator settings; gpusimd's own CPU is shown beside it, and the floor (floor.go:
+//     a process that only wakes ten times a second for a round trip to another) with it.
+//     Each is measured twice: free to run on any CPU, and with muxd and gpusimd pinned to
+//     one (-placements), because a VM charges a wake-up that crosses virtual CPUs to the
+//     process woken;
 //   - NVML calls per GPU per sample, counted through a wrapper around gpusim's NVML
 //     adapter, for the monitor's schedule against sampling everything every period;
 //   - GPU container start: muxflow-runtime against plain runc on the same bundle
@@ -37,10 +41,14 @@ func main() {
 }
 
 func run() error {
+	if floorMain(os.Args[1:]) {
+		return nil
+	}
 	only := flag.String("only", "muxd,nvml,plan", "comma-separated parts to run: muxd, nvml, plan")
 	baseMuxd := flag.String("base-muxd", "", "a muxd binary of the baseline revision (empty: no baseline muxd rows)")
 	window := flag.Duration("window", 10*time.Second, "CPU measurement window per repetition")
 	reps := flag.Int("reps", 3, "repetitions (the median is reported)")
+	placements := flag.String("placements", "all,0", "comma-separated placements of muxd and gpusimd for the muxd rows: all (any CPU) or a CPU number to pin both to")
 	hold := flag.Int("hold", -1, "start muxd on 8 GPUs with this many containers, print its pid and keep it for -window (for profiling)")
 	flag.Parse()
 	ctx := context.Background()
@@ -69,7 +77,11 @@ func run() error {
 		}
 	}
 	if slices.Contains(parts, "muxd") {
-		if err := benchMuxd(ctx, filepath.Join(b, "bin", "muxd"), *baseMuxd, *window, *reps); err != nil {
+		cpus, err := parsePlacements(*placements)
+		if err != nil {
+			return err
+		}
+		if err := benchMuxd(ctx, filepath.Join(b, "bin", "muxd"), *baseMuxd, *window, *reps, cpus); err != nil {
 			return err
 		}
 	}
@@ -130,19 +142,49 @@ type muxdFigures struct {
 	rss         float64
 }
 
-// measureMuxd runs one muxd with n containers (8 GPUs unless gpus says otherwise) and
-// measures it reps times.
-func measureMuxd(ctx context.Context, bin, gpus string, ngpu, n int, window time.Duration) (muxdFigures, error) {
+// parsePlacements reads -placements: "all" is -1 (no pinning), a number a CPU.
+func parsePlacements(s string) ([]int, error) {
+	var cpus []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "all" {
+			cpus = append(cpus, -1)
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("-placements: %q is neither \"all\" nor a CPU number", f)
+		}
+		cpus = append(cpus, n)
+	}
+	return cpus, nil
+}
+
+func placementName(cpu int) string {
+	if cpu < 0 {
+		return "any CPU"
+	}
+	return "CPU " + strconv.Itoa(cpu)
+}
+
+// measureMuxd runs one muxd with n containers (8 GPUs unless gpus says otherwise), muxd
+// and its gpusimd pinned to cpu unless it is negative, and measures it once.
+func measureMuxd(ctx context.Context, bin, gpus string, ngpu, n int, window time.Duration, cpu int) (muxdFigures, error) {
 	var f muxdFigures
 	r, err := startMuxd(ctx, bin, gpus)
 	if err != nil {
 		return f, err
 	}
 	defer r.stop()
+	sim := findPID("gpusimd", r.sim.Socket)
+	for _, pid := range []int{r.cmd.Process.Pid, sim} {
+		if err := pin(pid, cpu); err != nil {
+			return f, err
+		}
+	}
 	if err := r.addContainers(ctx, 0, n, ngpu); err != nil {
 		return f, err
 	}
-	sim := findPID("gpusimd", r.sim.Socket)
 	time.Sleep(time.Second) // let the guard see every container
 	pct, err := cpuPercent(window, r.cmd.Process.Pid, sim)
 	if err != nil {
@@ -153,7 +195,7 @@ func measureMuxd(ctx context.Context, bin, gpus string, ngpu, n int, window time
 	return f, nil
 }
 
-func benchMuxd(ctx context.Context, bin, base string, window time.Duration, reps int) error {
+func benchMuxd(ctx context.Context, bin, base string, window time.Duration, reps int, cpus []int) error {
 	type cfg struct {
 		name    string
 		gpus    string
@@ -171,23 +213,34 @@ func benchMuxd(ctx context.Context, bin, base string, window time.Duration, reps
 		names = append(names, "baseline")
 	}
 	fmt.Printf("\n== muxd overhead: gpusim node, 10 Hz sampling; %d × %v windows, medians (target ≤ 1%% of a core at 8×16; RSS ≤ 30 MiB at 8×16, ≤ 40 MiB at 1,000)\n", reps, window)
-	fmt.Printf("%-26s %-9s %10s %10s %12s   %s\n", "node", "binary", "CPU %core", "RSS MiB", "gpusimd CPU", "CPU runs")
-	for _, c := range cfgs {
-		res := make([]muxdFigures, len(bins))
+	fmt.Printf("%-26s %-9s %-8s %10s %10s %12s   %s\n", "node", "binary", "placed", "CPU %core", "RSS MiB", "gpusimd CPU", "CPU runs")
+	for _, cpu := range cpus {
+		var floor []float64
 		for range reps {
-			// Interleaved: the current and the baseline muxd take turns.
-			for i, b := range bins {
-				f, err := measureMuxd(ctx, b, c.gpus, c.ngpu, c.n, window)
-				if err != nil {
-					return fmt.Errorf("%s, %s: %w", c.name, names[i], err)
-				}
-				res[i].cpu = append(res[i].cpu, f.cpu...)
-				res[i].simCPU = append(res[i].simCPU, f.simCPU...)
-				res[i].rss = max(res[i].rss, f.rss)
+			pct, err := measureFloor(cpu, window)
+			if err != nil {
+				return fmt.Errorf("floor, %s: %w", placementName(cpu), err)
 			}
+			floor = append(floor, pct)
 		}
-		for i := range bins {
-			fmt.Printf("%-26s %-9s %9.2f%% %10.1f %11.2f%%   %s\n", c.name, names[i], median(res[i].cpu), res[i].rss, median(res[i].simCPU), fmtAll(res[i].cpu, "%.2f"))
+		fmt.Printf("%-26s %-9s %-8s %9.2f%% %10s %12s   %s\n", "10 Hz wake + round trip", "floor", placementName(cpu), median(floor), "-", "-", fmtAll(floor, "%.2f"))
+		for _, c := range cfgs {
+			res := make([]muxdFigures, len(bins))
+			for range reps {
+				// Interleaved: the current and the baseline muxd take turns.
+				for i, b := range bins {
+					f, err := measureMuxd(ctx, b, c.gpus, c.ngpu, c.n, window, cpu)
+					if err != nil {
+						return fmt.Errorf("%s, %s, %s: %w", c.name, names[i], placementName(cpu), err)
+					}
+					res[i].cpu = append(res[i].cpu, f.cpu...)
+					res[i].simCPU = append(res[i].simCPU, f.simCPU...)
+					res[i].rss = max(res[i].rss, f.rss)
+				}
+			}
+			for i := range bins {
+				fmt.Printf("%-26s %-9s %-8s %9.2f%% %10.1f %11.2f%%   %s\n", c.name, names[i], placementName(cpu), median(res[i].cpu), res[i].rss, median(res[i].simCPU), fmtAll(res[i].cpu, "%.2f"))
+			}
 		}
 	}
 	return nil
