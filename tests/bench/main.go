@@ -48,6 +48,7 @@ func run() error {
 	baseMuxd := flag.String("base-muxd", "", "a muxd binary of the baseline revision (empty: no baseline muxd rows)")
 	window := flag.Duration("window", 10*time.Second, "CPU measurement window per repetition")
 	reps := flag.Int("reps", 3, "repetitions (the median is reported)")
+	nodes := flag.String("nodes", "idle,8x16,1000", "comma-separated muxd rows to run: idle (8 GPUs, no containers), 8x16, 1000 (1 GPU, 1,000 containers)")
 	placements := flag.String("placements", "all,0", "comma-separated placements of muxd and gpusimd for the muxd rows: all (any CPU) or a CPU number to pin both to")
 	hold := flag.Int("hold", -1, "start muxd on 8 GPUs with this many containers, print its pid and keep it for -window (for profiling)")
 	flag.Parse()
@@ -81,7 +82,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		if err := benchMuxd(ctx, filepath.Join(b, "bin", "muxd"), *baseMuxd, *window, *reps, cpus); err != nil {
+		if err := benchMuxd(ctx, filepath.Join(b, "bin", "muxd"), *baseMuxd, *window, *reps, cpus, strings.Split(*nodes, ",")); err != nil {
 			return err
 		}
 	}
@@ -195,16 +196,24 @@ func measureMuxd(ctx context.Context, bin, gpus string, ngpu, n int, window time
 	return f, nil
 }
 
-func benchMuxd(ctx context.Context, bin, base string, window time.Duration, reps int, cpus []int) error {
+func benchMuxd(ctx context.Context, bin, base string, window time.Duration, reps int, cpus []int, nodes []string) error {
 	type cfg struct {
-		name    string
-		gpus    string
-		ngpu, n int
+		key, name string
+		gpus      string
+		ngpu, n   int
 	}
-	cfgs := []cfg{
-		{"8 GPUs, no containers", "h100x8", 8, 0},
-		{"8 GPUs x 16 containers", "h100x8", 8, 128},
-		{"1 GPU, 1,000 containers", "h100", 1, 1000},
+	var cfgs []cfg
+	for _, c := range []cfg{
+		{"idle", "8 GPUs, no containers", "h100x8", 8, 0},
+		{"8x16", "8 GPUs x 16 containers", "h100x8", 8, 128},
+		{"1000", "1 GPU, 1,000 containers", "h100", 1, 1000},
+	} {
+		if slices.Contains(nodes, c.key) {
+			cfgs = append(cfgs, c)
+		}
+	}
+	if len(cfgs) == 0 {
+		return fmt.Errorf("-nodes %q names none of idle, 8x16, 1000", strings.Join(nodes, ","))
 	}
 	bins := []string{bin}
 	names := []string{"muxd"}
