@@ -1,8 +1,10 @@
 package nvmlsim
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,9 +24,11 @@ import (
 type conn struct {
 	socket string
 
-	mu  sync.Mutex
-	c   net.Conn
-	dec *json.Decoder
+	mu sync.Mutex
+	c  net.Conn
+	r  *bufio.Reader // gpusimd's answers, one JSON line each
+	// line holds an answer longer than r's buffer while it is read.
+	line []byte
 	// out holds the requests of one round trip, written by enc (one line each), kept
 	// between calls: a sampler sends one ten times a second.
 	out bytes.Buffer
@@ -51,11 +55,11 @@ func (c *conn) try(ctx context.Context, qs []simd.Request) ([]simd.Response, err
 		if err != nil {
 			return nil, fmt.Errorf("reach gpusimd at %s: %w", c.socket, err)
 		}
-		c.c, c.dec, fresh = nc, json.NewDecoder(nc), true
+		c.c, c.r, fresh = nc, bufio.NewReaderSize(nc, 64<<10), true
 	}
 	fail := func(err error) ([]simd.Response, error) {
 		c.c.Close()
-		c.c, c.dec = nil, nil
+		c.c, c.r = nil, nil
 		if fresh {
 			// Not worth a second try: the connection was new.
 			return nil, errors.Join(err, errFreshConn)
@@ -81,7 +85,7 @@ func (c *conn) try(ctx context.Context, qs []simd.Request) ([]simd.Response, err
 	}
 	out := make([]simd.Response, len(qs))
 	for i := range out {
-		if err := c.dec.Decode(&out[i]); err != nil {
+		if err := c.readAnswer(&out[i]); err != nil {
 			return fail(fmt.Errorf("read gpusimd's answer to %s: %w", qs[i].Op, err))
 		}
 	}
@@ -90,12 +94,51 @@ func (c *conn) try(ctx context.Context, qs []simd.Request) ([]simd.Response, err
 
 var errFreshConn = errors.New("(on a new connection)")
 
+// packedAnswer opens the line gpusimd writes for a packed "stats" answer.
+var packedAnswer = []byte(`{"packed":"`)
+
+// readAnswer reads one answer line into into. A sampler's two answers ten times a second
+// are nearly always a packed "stats" ({"packed":"BASE64"}) and no new Xids ({}): those are
+// taken apart without encoding/json's reflection, which was most of what decoding cost;
+// any other line is decoded by encoding/json.
+func (c *conn) readAnswer(into *simd.Response) error {
+	line, err := c.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		c.line = append(c.line[:0], line...)
+		for errors.Is(err, bufio.ErrBufferFull) {
+			line, err = c.r.ReadSlice('\n')
+			c.line = append(c.line, line...)
+		}
+		line = c.line
+	}
+	if err != nil {
+		return err
+	}
+	body := bytes.TrimSpace(line)
+	*into = simd.Response{}
+	if string(body) == "{}" {
+		return nil
+	}
+	if b64, ok := bytes.CutPrefix(body, packedAnswer); ok {
+		if b64, ok = bytes.CutSuffix(b64, []byte(`"}`)); ok && bytes.IndexByte(b64, '\\') < 0 && bytes.IndexByte(b64, '"') < 0 {
+			into.Packed = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
+			n, err := base64.StdEncoding.Decode(into.Packed, b64)
+			if err != nil {
+				return fmt.Errorf("packed stats: %w", err)
+			}
+			into.Packed = into.Packed[:n]
+			return nil
+		}
+	}
+	return json.Unmarshal(body, into)
+}
+
 func (c *conn) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.c != nil {
 		c.c.Close()
-		c.c, c.dec = nil, nil
+		c.c, c.r = nil, nil
 	}
 }
 
