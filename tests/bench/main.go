@@ -178,6 +178,9 @@ func measureMuxd(ctx context.Context, bin, gpus string, ngpu, n int, window time
 	}
 	defer r.stop()
 	sim := findPID("gpusimd", r.sim.Socket)
+	if sim == 0 {
+		return f, fmt.Errorf("gpusimd serving %s not found in /proc", r.sim.Socket)
+	}
 	for _, pid := range []int{r.cmd.Process.Pid, sim} {
 		if err := pin(pid, cpu); err != nil {
 			return f, err
