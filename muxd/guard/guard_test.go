@@ -290,6 +290,21 @@ func TestForgetsOnAnyChangeOfIDs(t *testing.T) {
 	}
 }
 
+func TestGPUType(t *testing.T) {
+	for name, want := range map[string]string{
+		"NVIDIA H100 80GB HBM3":  "H100",
+		"NVIDIA  A100-SXM4-40GB": "A100-SXM4-40GB",
+		"Tesla T4":               "Tesla",
+		"H200\tNVL":              "H200",
+		"NVIDIA ":                "unknown",
+		"":                       "unknown",
+	} {
+		if got := GPUType(name); got != want {
+			t.Errorf("GPUType(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
 // A compressed day keeps a period in every bucket of the learned pattern.
 func TestPatternBuckets(t *testing.T) {
 	for _, tc := range []struct {

@@ -143,7 +143,7 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 		}
 		t.launches[c.ID] = n
 	}
-	if sv.stale {
+	if sv.rebuilt {
 		g.forget(sv.live)
 	}
 	for _, c := range sv.running {

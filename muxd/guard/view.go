@@ -26,11 +26,12 @@ type stepView struct {
 	// running are the running containers, each once (their usage is read).
 	running []api.Container
 	// live are the IDs of every registered container, running or not: per-container
-	// state of the others is forgotten. It is rebuilt, and stale set, only when the
-	// registry's list of IDs differs from the last period's or every forgetEvery
-	// periods (state of a container registered and removed between two periods).
+	// state of the others is forgotten. It is rebuilt (and rebuilt set, telling the
+	// usage step to forget) only when the registry's list of IDs differs from the last
+	// period's or every forgetEvery periods (state of a container registered and
+	// removed between two periods).
 	live     map[string]bool
-	stale    bool
+	rebuilt  bool
 	ids      []string // the last period's list of IDs
 	sinceIDs int      // periods since live was rebuilt
 	// listed is the registry's list this period, and idx scratch for gpuIndexes.
@@ -78,15 +79,15 @@ func (g *Guard) sampleView() *stepView {
 // forgetEvery is how many periods may pass between rebuilds of stepView.live.
 const forgetEvery = 50
 
-// noteIDs sets stale, rebuilding live, when the listed IDs differ from the last period's
+// noteIDs rebuilds live, and sets rebuilt, when the listed IDs differ from the last period's
 // (the list is sorted, so any add or removal shows) or forgetEvery periods have passed.
 func (sv *stepView) noteIDs() {
 	sv.sinceIDs++
-	sv.stale = sv.live == nil || sv.sinceIDs >= forgetEvery || len(sv.listed) != len(sv.ids)
-	for i := 0; !sv.stale && i < len(sv.listed); i++ {
-		sv.stale = sv.listed[i].ID != sv.ids[i]
+	sv.rebuilt = sv.live == nil || sv.sinceIDs >= forgetEvery || len(sv.listed) != len(sv.ids)
+	for i := 0; !sv.rebuilt && i < len(sv.listed); i++ {
+		sv.rebuilt = sv.listed[i].ID != sv.ids[i]
 	}
-	if !sv.stale {
+	if !sv.rebuilt {
 		return
 	}
 	if sv.live == nil {
