@@ -278,6 +278,29 @@ func FitHeld(held []uint32, budget float64, turn int) []bool {
 	return fit
 }
 
+// TurnOffer is the MPS part (0..1) to offer the new processes of an offline container on
+// a GPU whose budget (0..1) leaves the online kernels room: its split part where that
+// fits beside what the other offline containers' processes may already hold (othersHeld,
+// percent, summed), else the whole budget up to its own cap. MPS fixes a process's
+// percentage when it starts, so a container that does not fit beside its neighbours
+// takes turns as the one that fits (FitHeld) whatever it is offered; offered only the
+// part its neighbours leave, it would spend its turns on a fraction of the SMs the budget
+// has, and the GPU would do less than the largest alone.
+func TurnOffer(part, budget, cap float64, othersHeld uint32) float64 {
+	if FitsBeside(part, budget, othersHeld) {
+		return part
+	}
+	return math.Max(part, math.Min(cap, budget))
+}
+
+// FitsBeside says whether processes holding part (0..1) of a GPU's MPS budget (0..1) fit
+// it beside those of the other offline containers (othersHeld, percent, summed), counted
+// in whole percents as FitHeld counts them.
+func FitsBeside(part, budget float64, othersHeld uint32) bool {
+	room := math.Floor(math.Min(budget*100, 100) + 0.5)
+	return float64(othersHeld)+math.Floor(part*100+1e-6) <= room
+}
+
 // BoundedFloor is the least part of its split of the offline ceiling that an offline
 // container which does not fit the MPS budget keeps beside containers that do
 // (BoundedBeside): it progresses, however much of the budget they hold.

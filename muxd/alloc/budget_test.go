@@ -206,3 +206,26 @@ func TestBoundedBeside(t *testing.T) {
 		}
 	}
 }
+
+// A container's split part of a fitted budget is offered where it fits beside what its
+// neighbours' processes may hold; where it does not, it will take turns, and is offered
+// the whole budget up to its own cap.
+func TestTurnOffer(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		part, budget, cap, want float64
+		others                  uint32
+	}{
+		{"alone", 0.5, 0.5, 0.7, 0.5, 0},
+		{"the split fits beside the others' split", 0.25, 0.5, 0.7, 0.25, 25},
+		{"beside one that holds the whole budget: all of it", 0.25, 0.5, 0.7, 0.5, 50},
+		{"its own cap still binds", 0.25, 0.5, 0.3, 0.3, 50},
+		{"a cap under its part keeps the part", 0.2, 0.5, 0.1, 0.2, 50},
+		{"three ways, rounded: 33 beside 33 + 33 fits 100", 0.333, 1, 1, 0.333, 66},
+		{"a neighbour that may hold the whole GPU", 0.35, 0.7, 0.7, 0.7, 100},
+	} {
+		if got := TurnOffer(tc.part, tc.budget, tc.cap, tc.others); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: TurnOffer(%v, %v, %v, %d) = %v, want %v", tc.name, tc.part, tc.budget, tc.cap, tc.others, got, tc.want)
+		}
+	}
+}

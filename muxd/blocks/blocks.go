@@ -65,9 +65,12 @@ func (m *Manager) Paths(id string) api.ControlPaths {
 // — the guard's, fitted to the online kernels, or the class's sm_max where the guard has
 // none yet), the budget being split with the other offline containers in peers that share
 // one of its GPUs, as the guard splits it (alloc.SplitBudget): the first process can start
-// before the guard's next period, and MPS fixes its percentage then. The guard changes
-// share and MPS percentage afterwards, never above the ceiling; memory caps stay.
-func InitialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers ...api.Container) ctlblock.Limits {
+// before the guard's next period, and MPS fixes its percentage then. Where the GPUs'
+// budget fits their online kernels and that part does not fit beside what the peers'
+// processes may hold, its MPS percentage is the whole budget up to its own ceiling, as the
+// guard offers it (alloc.TurnOffer): it will take turns with them. The guard changes share
+// and MPS percentage afterwards, never above the ceiling; memory caps stay.
+func InitialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers ...Peer) ctlblock.Limits {
 	cl, _ := p.ClassLimits(string(c.Class))
 	l := ctlblock.Unlimited()
 	mem := c.Limits.GPUMemory
@@ -83,9 +86,12 @@ func InitialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers ...a
 	}
 	l.MPSActiveThreadPercent = MPSThreadCeiling(c, p)
 	if c.Class == api.Offline {
-		budget, _ := offlineMPSBudget(c, p, gpus)
-		part := offlinePart(c, p, peers, budget)
-		l.MPSActiveThreadPercent, l.ShareBP = part, part*100
+		budget, fits := offlineMPSBudget(c, p, gpus)
+		part, held := offlinePart(c, p, peers, budget)
+		l.MPSActiveThreadPercent, l.ShareBP = MPSThreadPercent(part*100), MPSThreadPercent(part*100)*100
+		if fits {
+			l.MPSActiveThreadPercent = MPSThreadPercent(alloc.TurnOffer(part, budget, OwnCeiling(c, p), held) * 100)
+		}
 	}
 	if p.Hook.FailClosed {
 		l.FailPolicy = ctlblock.FailClosed
@@ -155,18 +161,27 @@ func OwnCeiling(c api.Container, p *policy.Policy) float64 {
 	return max
 }
 
-// offlinePart is an offline container's part (percent) of its GPUs' MPS budget, split with
-// the offline peers that share one of its GPUs, capped by its own ceiling.
-func offlinePart(c api.Container, p *policy.Policy, peers []api.Container, budget float64) uint32 {
+// Peer is a container registered beside a new one, with the MPS active-thread percentage
+// its block offers its processes (HeldMPS: 1..100; 0 where it has no block yet).
+type Peer struct {
+	api.Container
+	HeldMPS uint32
+}
+
+// offlinePart is an offline container's part (0..1) of its GPUs' MPS budget, split with
+// the offline peers that share one of its GPUs, capped by its own ceiling, and the
+// percentages those peers' processes may hold, summed.
+func offlinePart(c api.Container, p *policy.Policy, peers []Peer, budget float64) (part float64, held uint32) {
 	claims := []alloc.Claim{OfflineClaim(c, p)}
 	for _, o := range peers {
 		if o.ID == c.ID || o.Class != api.Offline || !shareGPU(c.GPUs, o.GPUs) {
 			continue
 		}
-		claims = append(claims, OfflineClaim(o, p))
+		claims = append(claims, OfflineClaim(o.Container, p))
+		held += o.HeldMPS
 	}
 	shares, _ := alloc.SplitBudget(budget, claims)
-	return MPSThreadPercent(shares[0] * 100)
+	return shares[0], held
 }
 
 // shareGPU reports whether two GPU lists (indexes, UUIDs or "all") may name the same GPU.
@@ -210,10 +225,14 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	// Attach, never recreate: a running process keeps the inodes it mapped, so a block
 	// whose usage file the container broke is reattached (and reported corrupt by every
 	// read) instead of being replaced by a second one the process never sees.
-	l := InitialLimits(c, p, gpus, peers...)
+	held := m.peersHolding(peers)
+	l := InitialLimits(c, p, gpus, held...)
 	l.Signal = Signal(c, p, gpus)
-	if _, fits := offlineMPSBudget(c, p, gpus); fits && c.Class == api.Offline && l.Signal.Role == ctlblock.SignalFollow {
-		l.Signal.FitPercent = l.MPSActiveThreadPercent // as the guard would write it
+	if budget, fits := offlineMPSBudget(c, p, gpus); fits && c.Class == api.Offline && l.Signal.Role == ctlblock.SignalFollow {
+		// as the guard would write it: it fits unless it is to take turns with its peers
+		if part, others := offlinePart(c, p, held, budget); alloc.FitsBeside(part, budget, others) {
+			l.Signal.FitPercent = l.MPSActiveThreadPercent
+		}
 	}
 	b, err := ctlblock.Attach(dir, l)
 	if err != nil {
@@ -224,6 +243,28 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 		m.countFollowers()
 	}
 	return nil
+}
+
+// peersHolding pairs each registered container with the MPS percentage its block offers
+// its processes (OfferedMPS). m.mu held.
+func (m *Manager) peersHolding(cs []api.Container) []Peer {
+	peers := make([]Peer, len(cs))
+	for i, c := range cs {
+		peers[i].Container = c
+		if b := m.blocks[c.ID]; b != nil {
+			peers[i].HeldMPS = OfferedMPS(b.Limits().MPSActiveThreadPercent)
+		}
+	}
+	return peers
+}
+
+// OfferedMPS is what an MPS active-thread percentage in a block lets a process take:
+// 0 (no limit) and anything past 100 are the whole GPU.
+func OfferedMPS(p uint32) uint32 {
+	if p == 0 || p > 100 {
+		return 100
+	}
+	return p
 }
 
 // Block returns the open control block of a container, or nil.

@@ -68,9 +68,35 @@ func TestInitialLimits(t *testing.T) {
 		{"itself in the list does not count", ctr("f", api.Offline, api.Limits{}),
 			[]api.Container{ctr("f", api.Offline, api.Limits{})}, 7000, 70},
 	} {
-		got := InitialLimits(tc.c, p, nil, tc.peers...)
+		var peers []Peer
+		for _, o := range tc.peers {
+			peers = append(peers, Peer{Container: o})
+		}
+		got := InitialLimits(tc.c, p, nil, peers...)
 		if got.ShareBP != tc.share || got.MPSActiveThreadPercent != tc.mpsThread {
 			t.Errorf("%s: share %d bp, MPS %d%%; want %d bp, %d%%", tc.name, got.ShareBP, got.MPSActiveThreadPercent, tc.share, tc.mpsThread)
+		}
+	}
+	// Where the GPU's budget fits its online kernels (50% here) and the new container's
+	// part does not fit beside what a peer's processes may hold, it is offered the whole
+	// budget for its turns (alloc.TurnOffer), its launch-gate share still its split.
+	gpus := []api.GPU{{Index: 0, UUID: "GPU-0", OfflineMPS: 50, OfflineMPSFits: true}}
+	for _, tc := range []struct {
+		name      string
+		c         api.Container
+		peerHolds uint32
+		fits      bool
+		mpsThread uint32
+	}{
+		{"beside a peer holding the budget: all of it", ctr("f", api.Offline, api.Limits{}), 50, true, 50},
+		{"beside a peer holding its split: the split", ctr("f", api.Offline, api.Limits{}), 25, true, 25},
+		{"own sm-percent still binds", ctr("f", api.Offline, api.Limits{SMPercent: 40}), 50, true, 40},
+		{"a budget that does not fit is split", ctr("f", api.Offline, api.Limits{}), 50, false, 25},
+	} {
+		gpus[0].OfflineMPSFits = tc.fits
+		got := InitialLimits(tc.c, p, gpus, Peer{Container: ctr("x", api.Offline, api.Limits{}), HeldMPS: tc.peerHolds})
+		if got.ShareBP != 2500 || got.MPSActiveThreadPercent != tc.mpsThread {
+			t.Errorf("%s: share %d bp, MPS %d%%; want 2500 bp, %d%%", tc.name, got.ShareBP, got.MPSActiveThreadPercent, tc.mpsThread)
 		}
 	}
 	q := policy.Default()
@@ -212,5 +238,35 @@ func TestEnsureFollowsTheFittedBudget(t *testing.T) {
 			t.Errorf("%s: MPS %d%%, fit %d%%; want %d%% and %d%%", tc.name, l.MPSActiveThreadPercent, l.Signal.FitPercent, tc.mps, tc.fit)
 		}
 		m.Remove("job")
+	}
+}
+
+// A second offline container registered beside one whose block already offers the whole
+// fitted budget gets the whole budget too (they will take turns: alloc.TurnOffer), read
+// from the first one's block; its launch-gate share is still its split.
+func TestEnsureOffersTurnsBesideAHeldBudget(t *testing.T) {
+	p := policy.Default()
+	m, err := NewManager(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.GPUs = func() []api.GPU { return []api.GPU{{Index: 0, OfflineMPS: 50, OfflineMPSFits: true}} }
+	first, second := ctr("first", api.Offline, api.Limits{}), ctr("second", api.Offline, api.Limits{})
+	registered := []api.Container{first}
+	m.Peers = func() []api.Container { return registered }
+	if err := m.Ensure(first, p); err != nil {
+		t.Fatal(err)
+	}
+	registered = append(registered, second)
+	if err := m.Ensure(second, p); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]uint32{"first": 50, "second": 50} {
+		if l := m.Block(id).Limits(); l.MPSActiveThreadPercent != want {
+			t.Errorf("%s: MPS %d%%, want %d%%", id, l.MPSActiveThreadPercent, want)
+		}
+	}
+	if l := m.Block("second").Limits(); l.ShareBP != 2500 || l.Signal.FitPercent != 0 {
+		t.Errorf("second: launch-gate share %d bp, fit %d%%; want its split, 2500, and 0 until its turn", l.ShareBP, l.Signal.FitPercent)
 	}
 }

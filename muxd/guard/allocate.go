@@ -160,20 +160,12 @@ func (g *Guard) heldMPS(id string) uint32 {
 		if b == nil {
 			return 100 // no limits yet: nothing bounds it (remembered once they exist)
 		}
-		p = offeredMPS(b.Limits().MPSActiveThreadPercent)
+		p = blocks.OfferedMPS(b.Limits().MPSActiveThreadPercent)
 		g.loop.given[id] = p
 	}
 	return p
 }
 
-// offeredMPS is what an MPS active-thread percentage in a block lets a process take:
-// 0 (no limit) and anything past 100 are the whole GPU.
-func offeredMPS(p uint32) uint32 {
-	if p == 0 || p > 100 {
-		return 100
-	}
-	return p
-}
 
 // fittedGate is the launch-gate share of an offline container whose processes hold at
 // most fitPct percent of the SMs, apart from the online kernels' room, on a GPU whose
@@ -203,8 +195,10 @@ type ceilingParts struct {
 // writes each container's part into its block. The budget is split twice: the launch-gate
 // shares from the allocator's ceiling, the MPS active-thread percentages from the GPU's
 // MPS budget (the class's sm_max, or less so that the online kernels fit:
-// alloc.FitBudget); a container on several GPUs gets the smallest of its parts, and never
-// more than its own ceiling (blocks.OwnCeiling). Where every GPU of a container has a
+// alloc.FitBudget), or, where that budget fits and a container's part does not fit beside
+// what its neighbours' processes hold, the whole budget for its turns (alloc.TurnOffer); a
+// container on several GPUs gets the smallest of its parts, and never more than its own
+// ceiling (blocks.OwnCeiling). Where every GPU of a container has a
 // budget that fits, and the container is among those that fit it (fitHeld), its block
 // says up to which percentage its processes leave the online kernels room (their
 // launches then need not be bounded for them), and its launch-gate share on that GPU is
@@ -230,6 +224,15 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
 		fit := g.loop.fits[i]
 		mps, _ := alloc.SplitBudget(fit.budget, claims)
+		if fit.fits {
+			var held uint32
+			for _, h := range fit.fitPct {
+				held += h
+			}
+			for j := range mps {
+				mps[j] = alloc.TurnOffer(mps[j], fit.budget, claims[j].Cap, held-fit.fitPct[j])
+			}
+		}
 		stop := healthOf(v.status.State) == alloc.Stop
 		var fittedPct float64
 		for j := range v.offline {
@@ -326,7 +329,7 @@ func (g *Guard) apply(id string, c api.Ceiling, paused bool) {
 		}
 	}
 	g.loop.applied[id] = want
-	if p := offeredMPS(want.mps); p > g.loop.given[id] {
+	if p := blocks.OfferedMPS(want.mps); p > g.loop.given[id] {
 		g.loop.given[id] = p
 	}
 }

@@ -42,12 +42,13 @@ func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
 		fits    bool
 		started uint32 // the MPS percentage the offline processes started with (0: mps)
 		held    float64
+		budget  float64 // the GPU's MPS budget where fits (0: mps × offline)
 	}{
 		{name: "no width published: sm_max, nothing fits", offline: 1, mps: 70},
 		{name: "half-GPU kernels: 50%", widths: []uint32{widthBP(5000)}, offline: 1, mps: 50, fit: 50, fits: true},
 		{name: "half-GPU kernels, two offline: 25% each", widths: []uint32{widthBP(5000)}, offline: 2, mps: 25, fit: 25, fits: true},
-		{name: "two offline that started at sm_max before the width was seen: sized, but bounded", widths: []uint32{widthBP(5000)},
-			offline: 2, mps: 25, fits: true, started: 70, held: 140},
+		{name: "two offline that started at sm_max before the width was seen: sized, but bounded; new processes take turns on all of it", widths: []uint32{widthBP(5000)},
+			offline: 2, mps: 50, fits: true, started: 70, held: 140, budget: 0.5},
 		{name: "an offline container without an MPS limit may hold the whole GPU", widths: []uint32{widthBP(2000)},
 			offline: 1, mps: 70, fits: true, started: 100, held: 100},
 		{name: "narrow kernels: sm_max still binds", widths: []uint32{widthBP(2000)}, offline: 1, mps: 70, fit: 70, fits: true},
@@ -81,7 +82,8 @@ func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
 				}
 			}
 			st := f.status(t, "GPU-a")
-			if st.Fits != tc.fits || (tc.fits && math.Abs(st.MPSBudget-float64(tc.mps*uint32(tc.offline))/100) > 0.011) {
+			budget := cmp.Or(tc.budget, float64(tc.mps*uint32(tc.offline))/100)
+			if st.Fits != tc.fits || (tc.fits && math.Abs(st.MPSBudget-budget) > 0.011) {
 				t.Errorf("GPU status: budget %v fits %v (width %v), want fits %v", st.MPSBudget, st.Fits, st.OnlineWidth, tc.fits)
 			}
 			if st.MPSHeld != tc.held {
@@ -149,9 +151,11 @@ func TestPowerCapKeepsOfflineHolding(t *testing.T) {
 // MPS fixes a process's active-thread percentage when it creates its context: an offline
 // container that started alone beside the online service (the whole fitted budget) keeps
 // that much when a second one joins, so the two together no longer leave the online
-// kernels room. The budget is split for new processes; the first still fits it alone, so
-// its block says so at the percentage its processes hold, and the second keeps its
-// launches bounded until the first has gone.
+// kernels room. They take turns as the one that fits; the other keeps its launches
+// bounded for the turn. New processes of a container whose part does not fit beside what
+// the other's processes may hold are offered the whole budget for their turns
+// (alloc.TurnOffer), so after one period both are offered all of it and the turns are
+// equal; once one has gone, the other fits alone.
 func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	svc, first, second := running("svc", api.Online, 100, "0"), running("first", api.Offline, 200, "0"), running("second", api.Offline, 201, "0")
 	f := setup(t, svc, first, second)
@@ -166,18 +170,26 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 		t.Fatalf("alone: MPS %d%%, fit %d%%; want 50%% and 50%%", l.MPSActiveThreadPercent, l.Signal.FitPercent)
 	}
 	f.g.Containers = list{svc, first, second}
-	f.startedAt(t, "second", 25)
-	for i := range 3 { // the set that fits stays for the turn
-		f.g.Step(context.Background(), now.Add(time.Duration(i+1)*100*time.Millisecond))
+	f.startedAt(t, "second", 25) // its processes started at its split of the budget
+	f.g.Step(context.Background(), now.Add(100*time.Millisecond))
+	// the first's part (25%) fits beside the second's 25%; the second's does not fit
+	// beside the first's 50%
+	for id, want := range map[string][2]uint32{"first": {25, 50}, "second": {50, 0}} {
+		if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != want[0] || l.Signal.FitPercent != want[1] {
+			t.Errorf("a neighbour joins: %s MPS %d%%, fit %d%%; want %d%% and %d%%", id, l.MPSActiveThreadPercent, l.Signal.FitPercent, want[0], want[1])
+		}
+	}
+	for i := range 2 { // the second may now hold 50% too; the set that fits stays for the turn
+		f.g.Step(context.Background(), now.Add(time.Duration(i+2)*100*time.Millisecond))
 		for id, want := range map[string]uint32{"first": 50, "second": 0} {
-			if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != 25 || l.Signal.FitPercent != want {
-				t.Errorf("period %d: %s beside a neighbour, together 75%%: MPS %d%%, fit %d%%; want 25%% and %d%%", i, id, l.MPSActiveThreadPercent, l.Signal.FitPercent, want)
+			if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != want {
+				t.Errorf("period %d: %s beside a neighbour, together 100%%: MPS %d%%, fit %d%%; want 50%% and %d%%", i+2, id, l.MPSActiveThreadPercent, l.Signal.FitPercent, want)
 			}
 		}
 	}
 	st := f.status(t, "GPU-a")
-	if !st.Fits || st.MPSHeld != 75 || st.MPSFitted != 1 {
-		t.Errorf("GPU status: fits %v, held %v%%, %d fitted; want true, 75%%, 1", st.Fits, st.MPSHeld, st.MPSFitted)
+	if !st.Fits || st.MPSHeld != 100 || st.MPSFitted != 1 {
+		t.Errorf("GPU status: fits %v, held %v%%, %d fitted; want true, 100%%, 1", st.Fits, st.MPSHeld, st.MPSFitted)
 	}
 	// the one that fits keeps to its SMs and may run for the whole ceiling, counted in
 	// SM time (its processes hold half the SMs), up to its own ceiling; the other may
@@ -190,10 +202,10 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 			t.Errorf("%s: launch-gate share %.4f of a %.4f ceiling, want %.4f", id, got, st.OfflineShare, want)
 		}
 	}
-	// the second's turn, the last third of the cycle (it holds 25% of the 75%): it fits
-	// and the first is bounded
+	// the second's turn, the second half of the cycle (each may hold 50%): it fits and
+	// the first is bounded
 	f.g.Step(context.Background(), now.Add(2*alloc.FitTurn*5/6))
-	for id, want := range map[string]uint32{"first": 0, "second": 25} {
+	for id, want := range map[string]uint32{"first": 0, "second": 50} {
 		if l := f.blk[id].Limits(); l.Signal.FitPercent != want {
 			t.Errorf("the second's turn: %s fit %d%%, want %d%%", id, l.Signal.FitPercent, want)
 		}
@@ -205,13 +217,8 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	now = now.Add(2 * alloc.FitTurn)
 	f.g.Containers = list{svc, second}
 	f.g.Step(context.Background(), now.Add(500*time.Millisecond))
-	// its processes started at 25%; new ones get 50%, counted from the next period
-	if l := f.blk["second"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 25 {
-		t.Errorf("the first gone: MPS %d%%, fit %d%%; want 50%% and 25%%", l.MPSActiveThreadPercent, l.Signal.FitPercent)
-	}
-	f.g.Step(context.Background(), now.Add(600*time.Millisecond))
-	if l := f.blk["second"].Limits(); l.Signal.FitPercent != 50 {
-		t.Errorf("a period later: fit %d%%, want 50%%", l.Signal.FitPercent)
+	if l := f.blk["second"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 50 {
+		t.Errorf("the first gone: MPS %d%%, fit %d%%; want 50%% and 50%%", l.MPSActiveThreadPercent, l.Signal.FitPercent)
 	}
 	if st := f.status(t, "GPU-a"); st.MPSHeld != 0 || st.MPSFitted != 1 {
 		t.Errorf("GPU status alone: held %v%%, %d fitted; want 0 and 1", st.MPSHeld, st.MPSFitted)
