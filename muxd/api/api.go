@@ -153,7 +153,8 @@ type Ceiling struct {
 	// online kernels of its GPUs room to run at once (their GPUs' MPS budgets were sized
 	// for that): their launches need not be bounded for online work.
 	FitPercent uint32 `json:"fit_percent,omitempty"`
-	// BoundBy names the limit that binds: "own sm-percent", "GPU budget" or "paused".
+	// BoundBy names the limit that binds: "own sm-percent", "GPU budget", "paused" or
+	// "waiting for its turn" (alloc.FitHeld's turns: it launches nothing until then).
 	BoundBy string `json:"bound_by"`
 }
 
@@ -214,13 +215,17 @@ type GPU struct {
 	OfflineMPSPowerCapped bool `json:"offline_mps_power_capped,omitempty"`
 	// OfflineMPSHeld: the budget fits, but the offline processes may hold this much
 	// (percent, summed: MPS fixed their percentages when they started, before their
-	// neighbours came), more than the budget: only OfflineMPSFitted of the offline
-	// containers fit it (they take turns of alloc.FitTurn: alloc.FitHeld), the others
-	// keep their launches bounded for online work for the turn. OfflineMPSFitted is set
-	// wherever the budget fits (all of them while nothing is held above it). Each that
-	// fits may use the whole offline ceiling; the others split it.
-	OfflineMPSHeld   float64 `json:"offline_mps_held,omitempty"`
-	OfflineMPSFitted int     `json:"offline_mps_fitted,omitempty"`
+	// neighbours came), more than the budget: they take turns of alloc.FitTurn
+	// (alloc.FitHeld). OfflineMPSFitted of the offline containers fit it in this turn
+	// and may use the whole offline ceiling; OfflineMPSWaiting wait for their turn
+	// (paused); the rest (idle ones, which take no turn, and those on several GPUs)
+	// keep their launches bounded for online work and split the ceiling. A container
+	// whose part could not fit beside its neighbours was offered the whole budget
+	// (alloc.TurnOffer), so the turns are equal. OfflineMPSFitted is set wherever the
+	// budget fits (all of them while nothing is held above it).
+	OfflineMPSHeld    float64 `json:"offline_mps_held,omitempty"`
+	OfflineMPSFitted  int     `json:"offline_mps_fitted,omitempty"`
+	OfflineMPSWaiting int     `json:"offline_mps_waiting,omitempty"`
 	// OfflineMPSMemBound: the budget fits, but the online and offline kernels together ask
 	// for more memory bandwidth than the GPU has while they run (OnlineMemBW +
 	// OfflineMemBW, percent of the bus, above 90%): offline keeps its launches bounded for

@@ -75,7 +75,7 @@ func (m monitorInventory) GPUs(context.Context) ([]api.GPU, error) {
 			g.DemandSource, g.CeilingReason, g.CeilingChanged = st.DemandSource, st.Reason, st.Changed
 			g.CeilingReasonKey, g.Burst, g.CeilingHistory = st.ReasonKey, st.Burst, st.History
 			g.OnlineWidth, g.OfflineMPS, g.OfflineMPSFits = st.OnlineWidth*100, st.MPSBudget*100, st.Fits
-			g.OfflineMPSPowerCapped, g.OfflineMPSHeld, g.OfflineMPSFitted = st.PowerCapped, st.MPSHeld, st.MPSFitted
+			g.OfflineMPSPowerCapped, g.OfflineMPSHeld, g.OfflineMPSFitted, g.OfflineMPSWaiting = st.PowerCapped, st.MPSHeld, st.MPSFitted, st.MPSWaiting
 			g.OfflineMPSMemBound, g.OnlineMemBW, g.OfflineMemBW = st.MemBound, st.OnlineMemBW*100, st.OfflineMemBW*100
 		}
 		out = append(out, g)

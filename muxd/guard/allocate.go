@@ -102,6 +102,7 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		f.width = st.width.Observe(width, now)
 		if cfg.Fit {
 			f.budget, f.fits = alloc.FitBudget(f.width, cfg.OfflineMax, cfg.FitMin)
+			f.sized = f.fits
 		}
 		if v.status.Sample.PowerCapped() {
 			st.powerCapped = now
@@ -117,7 +118,7 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		if d.Burst {
 			f.fits = false
 		}
-		if f.fits {
+		if f.sized {
 			g.fitHeld(&f, v.offline, now)
 		}
 	}
@@ -135,7 +136,13 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 // fitHeld says which of a GPU's offline containers fit its MPS budget (f.fitIn, by
 // alloc.FitHeld) from the percentages their processes may hold: all of them unless, from
 // before their neighbours came, those sum above the budget (f.held, percent); then they
-// take turns (alloc.TurnAt), in the order muxd lists them. g.mu held.
+// take turns (alloc.TurnAt), in the order muxd lists them, and those whose turn it is
+// not wait for theirs (f.waits): each runs alone on the budget in its turn, and their
+// blocks together never cover the online kernels' room. A container that launched
+// nothing while free to (idle) takes no turn, so that it does not keep a busy
+// neighbour waiting; it stays bounded, and takes turns again once it launches. A
+// container on several GPUs does not wait (their turns need not coincide): it stays
+// bounded. g.mu held.
 func (g *Guard) fitHeld(f *mpsFit, offline []api.Container, now time.Time) {
 	held := make([]uint32, len(offline))
 	var sum uint32
@@ -144,10 +151,37 @@ func (g *Guard) fitHeld(f *mpsFit, offline []api.Container, now time.Time) {
 		sum += held[j]
 	}
 	f.fitPct = held
-	f.fitIn = alloc.FitHeld(held, f.budget*100, alloc.TurnAt(held, now))
-	if float64(sum) > f.budget*100+0.5 {
-		f.held = float64(sum)
+	f.waits = make([]bool, len(offline))
+	if float64(sum) <= f.budget*100+0.5 {
+		f.fitIn = alloc.FitHeld(held, f.budget*100, -1) // they all fit
+		return
 	}
+	f.held = float64(sum)
+	turns := make([]uint32, len(offline)) // 0: takes no turn
+	for j, c := range offline {
+		if !g.idle(c.ID) {
+			turns[j] = held[j]
+		}
+	}
+	f.fitIn = alloc.FitHeld(turns, f.budget*100, alloc.TurnAt(turns, now))
+	for j, c := range offline {
+		if !f.fitIn[j] && turns[j] > 0 && len(c.GPUs) <= 1 && alloc.FitsBeside(0, f.budget, turns[j]) {
+			f.waits[j] = true
+			g.loop.waited[c.ID] = now
+		}
+	}
+}
+
+// idle says whether an offline container launched nothing in its last usage read
+// (OfflineUsagePeriod) while it was not waiting for its turn. g.mu held.
+func (g *Guard) idle(id string) bool {
+	t := &g.loop.trust
+	rate, ok := t.rate[id]
+	if !ok || rate > 0 {
+		return false
+	}
+	w, ok := g.loop.waited[id]
+	return !ok || t.readAt[id].Sub(w) > OfflineUsagePeriod*3/2
 }
 
 // heldMPS is the MPS active-thread percentage an offline container's processes may hold
@@ -165,7 +199,6 @@ func (g *Guard) heldMPS(id string) uint32 {
 	}
 	return p
 }
-
 
 // fittedGate is the launch-gate share of an offline container whose processes hold at
 // most fitPct percent of the SMs, apart from the online kernels' room, on a GPU whose
@@ -188,6 +221,7 @@ type ceilingParts struct {
 	fits     map[string]bool    // it fits every GPU's MPS budget, which leaves the online kernels room
 	fitPct   map[string]uint32  // the MPS percentage its processes may hold, as fitted
 	paused   map[string]bool
+	waiting  map[string]bool // it waits for its turn to fit (alloc.TurnAt)
 	claims   []alloc.Claim
 }
 
@@ -208,13 +242,14 @@ type ceilingParts struct {
 func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *policy.Policy) {
 	cp := &g.loop.parts
 	if cp.ceilings == nil {
-		cp.ceilings, cp.mpsPart, cp.fits, cp.fitPct, cp.paused = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}, map[string]uint32{}, map[string]bool{}
+		cp.ceilings, cp.mpsPart, cp.fits, cp.fitPct, cp.paused, cp.waiting = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}, map[string]uint32{}, map[string]bool{}, map[string]bool{}
 	}
 	clear(cp.ceilings)
 	clear(cp.mpsPart)
 	clear(cp.fits)
 	clear(cp.fitPct)
 	clear(cp.paused)
+	clear(cp.waiting)
 	for i, v := range sv.views {
 		claims := cp.claims[:0]
 		for _, c := range v.offline {
@@ -224,7 +259,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
 		fit := g.loop.fits[i]
 		mps, _ := alloc.SplitBudget(fit.budget, claims)
-		if fit.fits {
+		if fit.sized {
 			var held uint32
 			for _, h := range fit.fitPct {
 				held += h
@@ -256,6 +291,9 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// and beside fitted ones keeps the part of it their SMs leave.
 				gate[j] *= beside
 				parts[j] *= beside
+				if fit.sized && fit.waits[j] {
+					cp.waiting[id] = true
+				}
 			}
 			old, ok := cp.ceilings[id]
 			if !ok || gate[j] < old.Percent {
@@ -291,13 +329,15 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		switch {
 		case cp.paused[id]:
 			c.BoundBy = "paused"
+		case cp.waiting[id]:
+			c.BoundBy = "waiting for its turn"
 		case c.Own < c.Part:
 			c.BoundBy = "own sm-percent"
 		default:
 			c.BoundBy = "GPU budget"
 		}
 		c.Percent, c.Own, c.Part = pct(c.Percent), pct(c.Own), pct(c.Part)
-		g.apply(id, c, cp.paused[id])
+		g.apply(id, c, cp.paused[id] || cp.waiting[id])
 		cp.ceilings[id] = c
 	}
 	g.mu.Lock()

@@ -165,13 +165,17 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
 	// the start of the first container's turn (alloc.FitTurn; "first" is listed first)
 	now := time.Now().Truncate(2 * alloc.FitTurn)
-	f.g.Step(context.Background(), now)
+	step := func(at time.Time) { // both jobs launch kernels, as training does
+		f.launch(t, "first", "second")
+		f.g.Step(context.Background(), at)
+	}
+	step(now)
 	if l := f.blk["first"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 50 {
 		t.Fatalf("alone: MPS %d%%, fit %d%%; want 50%% and 50%%", l.MPSActiveThreadPercent, l.Signal.FitPercent)
 	}
 	f.g.Containers = list{svc, first, second}
 	f.startedAt(t, "second", 25) // its processes started at its split of the budget
-	f.g.Step(context.Background(), now.Add(100*time.Millisecond))
+	step(now.Add(100 * time.Millisecond))
 	// the first's part (25%) fits beside the second's 25%; the second's does not fit
 	// beside the first's 50%
 	for id, want := range map[string][2]uint32{"first": {25, 50}, "second": {50, 0}} {
@@ -180,12 +184,15 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 		}
 	}
 	for i := range 2 { // the second may now hold 50% too; the set that fits stays for the turn
-		f.g.Step(context.Background(), now.Add(time.Duration(i+2)*100*time.Millisecond))
+		step(now.Add(time.Duration(i+2) * 100 * time.Millisecond))
 		for id, want := range map[string]uint32{"first": 50, "second": 0} {
-			if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != want {
-				t.Errorf("period %d: %s beside a neighbour, together 100%%: MPS %d%%, fit %d%%; want 50%% and %d%%", i+2, id, l.MPSActiveThreadPercent, l.Signal.FitPercent, want)
+			if l := f.blk[id].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != want || l.Paused != (want == 0) {
+				t.Errorf("period %d: %s beside a neighbour, together 100%%: MPS %d%%, fit %d%%, paused %v; want 50%%, %d%% and %v", i+2, id, l.MPSActiveThreadPercent, l.Signal.FitPercent, l.Paused, want, want == 0)
 			}
 		}
+	}
+	if c, _ := f.g.Ceiling("second"); c.BoundBy != "waiting for its turn" {
+		t.Errorf("the second's ceiling: %+v, want bound by its turn", c)
 	}
 	st := f.status(t, "GPU-a")
 	if !st.Fits || st.MPSHeld != 100 || st.MPSFitted != 1 {
@@ -203,25 +210,85 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 		}
 	}
 	// the second's turn, the second half of the cycle (each may hold 50%): it fits and
-	// the first is bounded
-	f.g.Step(context.Background(), now.Add(2*alloc.FitTurn*5/6))
+	// the first waits
+	step(now.Add(2 * alloc.FitTurn * 5 / 6))
 	for id, want := range map[string]uint32{"first": 0, "second": 50} {
-		if l := f.blk[id].Limits(); l.Signal.FitPercent != want {
-			t.Errorf("the second's turn: %s fit %d%%, want %d%%", id, l.Signal.FitPercent, want)
+		if l := f.blk[id].Limits(); l.Signal.FitPercent != want || l.Paused != (want == 0) {
+			t.Errorf("the second's turn: %s fit %d%%, paused %v; want %d%% and %v", id, l.Signal.FitPercent, l.Paused, want, want == 0)
 		}
 	}
-	f.g.Step(context.Background(), now.Add(2*alloc.FitTurn))
+
+	step(now.Add(2 * alloc.FitTurn))
 	if l := f.blk["first"].Limits(); l.Signal.FitPercent != 50 {
 		t.Errorf("the first's turn again: fit %d%%, want 50%%", l.Signal.FitPercent)
 	}
 	now = now.Add(2 * alloc.FitTurn)
 	f.g.Containers = list{svc, second}
-	f.g.Step(context.Background(), now.Add(500*time.Millisecond))
-	if l := f.blk["second"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 50 {
-		t.Errorf("the first gone: MPS %d%%, fit %d%%; want 50%% and 50%%", l.MPSActiveThreadPercent, l.Signal.FitPercent)
+	step(now.Add(500 * time.Millisecond))
+	if l := f.blk["second"].Limits(); l.MPSActiveThreadPercent != 50 || l.Signal.FitPercent != 50 || l.Paused {
+		t.Errorf("the first gone: MPS %d%%, fit %d%%, paused %v; want 50%%, 50%% and no", l.MPSActiveThreadPercent, l.Signal.FitPercent, l.Paused)
 	}
 	if st := f.status(t, "GPU-a"); st.MPSHeld != 0 || st.MPSFitted != 1 {
 		t.Errorf("GPU status alone: held %v%%, %d fitted; want 0 and 1", st.MPSHeld, st.MPSFitted)
+	}
+}
+
+// Where offline jobs take turns and the GPU's budget stops fitting for a while (here the
+// power cap; a burst or the memory bus alike), the one whose turn it is runs bounded and
+// the others still wait for theirs: released together, each on a percentage the budget
+// fits only alone, their blocks would cover the online kernels' room.
+func TestTurnsGoOnWhileOfflineIsBounded(t *testing.T) {
+	svc, first, second := running("svc", api.Online, 100, "0"), running("first", api.Offline, 200, "0"), running("second", api.Offline, 201, "0")
+	f := setup(t, svc, first, second)
+	f.startedAt(t, "first", 50)
+	f.startedAt(t, "second", 50)
+	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
+	f.launch(t, "first", "second")
+	capped := uint64(0x4) // NVML's software power cap
+	f.mon.set(0, monitor.Healthy, 20)
+	f.mon.gpus[0].Sample.ClockEventReasons = &capped
+	f.g.Step(context.Background(), time.Now().Truncate(2*alloc.FitTurn)) // the first's turn
+	for id, paused := range map[string]bool{"first": false, "second": true} {
+		if l := f.blk[id].Limits(); l.Signal.FitPercent != 0 || l.Paused != paused {
+			t.Errorf("power-capped, the first's turn: %s fit %d%%, paused %v; want 0%% and %v", id, l.Signal.FitPercent, l.Paused, paused)
+		}
+	}
+}
+
+// A job that launches nothing while free to (an idle notebook, a job loading its data)
+// takes no turn: the busy neighbour fits the budget all the time instead of waiting half
+// of it for nothing. Once the idle one launches again, they take turns again.
+func TestIdleJobTakesNoTurn(t *testing.T) {
+	svc, busy, idle := running("svc", api.Online, 100, "0"), running("busy", api.Offline, 200, "0"), running("idle", api.Offline, 201, "0")
+	f := setup(t, svc, busy, idle)
+	f.startedAt(t, "busy", 50)
+	f.startedAt(t, "idle", 50)
+	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
+	f.mon.set(0, monitor.Healthy, 20)
+	at := time.Now().Truncate(2 * alloc.FitTurn).Add(2 * alloc.FitTurn * 3 / 4) // the idle one's turn
+	// two usage reads (a second apart) with launches by the busy one only
+	for i := range 25 {
+		f.launch(t, "busy")
+		f.g.Step(context.Background(), at.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	// the busy one fits all the time; the idle one is bounded, not waiting
+	for id, fit := range map[string]uint32{"busy": 50, "idle": 0} {
+		if l := f.blk[id].Limits(); l.Paused || l.Signal.FitPercent != fit {
+			t.Errorf("the idle one launched nothing: %s paused %v, fit %d%%; want running, fit %d%%", id, l.Paused, l.Signal.FitPercent, fit)
+		}
+	}
+	if st := f.status(t, "GPU-a"); st.MPSHeld != 100 || st.MPSFitted != 1 {
+		t.Errorf("GPU status: held %v%%, %d fitted; want 100%% and 1", st.MPSHeld, st.MPSFitted)
+	}
+	at = at.Add(2500 * time.Millisecond)
+	for i := range 12 {
+		f.launch(t, "busy", "idle")
+		f.g.Step(context.Background(), at.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	// both busy: whose turn it is runs, the other waits
+	l1, l2 := f.blk["busy"].Limits(), f.blk["idle"].Limits()
+	if l1.Paused == l2.Paused {
+		t.Errorf("both launching: paused %v and %v, want one of them waiting for its turn", l1.Paused, l2.Paused)
 	}
 }
 

@@ -106,6 +106,8 @@ type loopState struct {
 	// a process's percentage when it creates its context, so a container that started
 	// while the budget was its alone may still hold that much after neighbours came.
 	given map[string]uint32
+	// waited is, per offline container, when it last waited for its turn (fitHeld).
+	waited map[string]time.Time
 
 	// Buffers of one period, kept so that a period allocates little.
 	view      stepView
@@ -149,6 +151,9 @@ type mpsFit struct {
 	width  float64 // the online kernels' width it was sized for (0: unknown)
 	budget float64 // split among the offline containers, like the launch-gate ceiling
 	fits   bool    // budget leaves the online kernels room (alloc.FitBudget)
+	// sized: the budget was sized to leave the online kernels room, whether or not they
+	// fit it this period (a burst, the power cap or the memory bus may keep them bounded).
+	sized bool
 	// powerCapped: the budget fits, but the GPU ran at its power cap lately, where
 	// every offline SM slows the online kernels' clock: offline stays bounded.
 	powerCapped bool
@@ -159,6 +164,7 @@ type mpsFit struct {
 	held   float64
 	fitIn  []bool
 	fitPct []uint32
+	waits  []bool // not its turn: it waits for it
 	// busBound: the budget fits, but the online and offline kernels together ask for more
 	// memory bandwidth than the GPU has (alloc.Bus): offline stays bounded. busOnline and
 	// busOffline are the two classes' bandwidth while they run (shares of the bus).
@@ -167,10 +173,15 @@ type mpsFit struct {
 }
 
 // fitted counts the offline containers that fit.
-func (f *mpsFit) fitted() int {
+func (f *mpsFit) fitted() int { return count(f.fitIn) }
+
+// waiting counts the offline containers that wait for their turn.
+func (f *mpsFit) waiting() int { return count(f.waits) }
+
+func count(bs []bool) int {
 	n := 0
-	for _, in := range f.fitIn {
-		if in {
+	for _, b := range bs {
+		if b {
 			n++
 		}
 	}
@@ -207,10 +218,11 @@ type Status struct {
 	PowerCapped bool `json:"power_capped,omitempty"`
 	// MPSHeld: the budget fits, but the offline processes may hold this much (percent,
 	// summed), more than the budget, from before their neighbours came: only MPSFitted
-	// of the offline containers fit it (they take turns: alloc.FitHeld); the others
-	// stay bounded for the turn.
-	MPSHeld   float64 `json:"mps_held,omitempty"`
-	MPSFitted int     `json:"mps_fitted,omitempty"`
+	// of the offline containers fit it (they take turns: alloc.FitHeld); MPSWaiting of
+	// the others wait for their turn, the rest (idle, or on several GPUs) stay bounded.
+	MPSHeld    float64 `json:"mps_held,omitempty"`
+	MPSFitted  int     `json:"mps_fitted,omitempty"`
+	MPSWaiting int     `json:"mps_waiting,omitempty"`
 	// MemBound: the budget fits, but the online and offline kernels together ask for more
 	// memory bandwidth than the GPU has (alloc.Bus), so offline stays bounded.
 	// OnlineMemBW and OfflineMemBW are each class's share of the bandwidth while its
@@ -292,7 +304,7 @@ func (g *Guard) begin(p *policy.Policy, now time.Time) (dt float64) {
 	l := &g.loop
 	if l.allocs == nil {
 		l.allocs, l.lastState = map[string]*alloc.GPU{}, map[string]monitor.State{}
-		l.applied, l.given = map[string]gate{}, map[string]uint32{}
+		l.applied, l.given, l.waited = map[string]gate{}, map[string]uint32{}, map[string]time.Time{}
 		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}, readAt: map[string]time.Time{}, rate: map[string]float64{}}
 		l.sticky = stickyState{last: map[string]uint32{}, reports: map[string]stickyReport{}, lastAt: map[string]time.Time{}}
 		g.mu.Lock()
@@ -404,7 +416,7 @@ func (g *Guard) Statuses() []Status {
 			s.DemandSource, s.Reason, s.Changed, s.OfflineContainers = st.source, st.reason, st.changed, st.offline
 			s.ReasonKey, s.History = st.reasonKey, slices.Clone(st.history)
 			s.OnlineWidth, s.MPSBudget, s.Fits, s.PowerCapped = st.fit.width, st.fit.budget, st.fit.fits, st.fit.powerCapped
-			s.MPSHeld, s.MPSFitted = st.fit.held, st.fit.fitted()
+			s.MPSHeld, s.MPSFitted, s.MPSWaiting = st.fit.held, st.fit.fitted(), st.fit.waiting()
 			s.MemBound, s.OnlineMemBW, s.OfflineMemBW = st.fit.busBound, st.fit.busOnline, st.fit.busOffline
 		}
 		out = append(out, s)

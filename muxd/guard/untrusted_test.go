@@ -28,6 +28,14 @@ func (f *fixture) writeUsage(t *testing.T, id string, edit func(r *ctlblock.RawU
 	}
 }
 
+// launch adds 100 launches to each container's usage block, as its libxcuda would.
+func (f *fixture) launch(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		f.writeUsage(t, id, func(r *ctlblock.RawUsage) { r.Launches += 100 })
+	}
+}
+
 func (f *fixture) noRestart(t *testing.T) {
 	t.Helper()
 	select {

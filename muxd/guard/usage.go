@@ -167,6 +167,7 @@ func (g *Guard) forget(live map[string]bool) {
 	forget(s.lastAt, live)
 	forget(g.loop.applied, live)
 	forget(g.loop.given, live)
+	forget(g.loop.waited, live)
 	g.mu.Lock()
 	forget(g.quarantined, live)
 	forget(g.ceilings, live)

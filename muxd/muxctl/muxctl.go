@@ -262,8 +262,11 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		}
 		if ce := c.Ceiling; ce != nil {
 			share = fmt.Sprintf("%g%% (%s)", ce.Percent, ce.BoundBy)
-			if ce.BoundBy == "paused" {
+			switch ce.BoundBy {
+			case "paused":
 				share = "paused"
+			case "waiting for its turn":
+				share = "waits its turn"
 			}
 			mps = fmt.Sprintf("%d%%", ce.MPSThreadPercent)
 			if ce.FitPercent > 0 {
@@ -310,7 +313,14 @@ func offlineMPS(g api.GPU) string {
 	s := fmt.Sprintf("%.0f%%", g.OfflineMPS)
 	switch {
 	case g.OfflineMPSFits && g.OfflineMPSHeld > 0:
-		s += fmt.Sprintf(" (fits online %.0f%%; offline holds %.0f%%: %d of %d fit, in turns, the others bounded)", g.OnlineWidth, g.OfflineMPSHeld, g.OfflineMPSFitted, g.OfflineContainers)
+		s += fmt.Sprintf(" (fits online %.0f%%; offline holds %.0f%%: in turns, %d of %d fit", g.OnlineWidth, g.OfflineMPSHeld, g.OfflineMPSFitted, g.OfflineContainers)
+		if g.OfflineMPSWaiting > 0 {
+			s += fmt.Sprintf(", %d wait", g.OfflineMPSWaiting)
+		}
+		if n := g.OfflineContainers - g.OfflineMPSFitted - g.OfflineMPSWaiting; n > 0 {
+			s += fmt.Sprintf(", %d bounded", n)
+		}
+		s += ")"
 	case g.OfflineMPSFits:
 		s += fmt.Sprintf(" (fits online %.0f%%)", g.OnlineWidth)
 	case g.OfflineMPSPowerCapped:

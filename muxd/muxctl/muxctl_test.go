@@ -137,6 +137,7 @@ func TestStatusShowsCeilings(t *testing.T) {
 		Containers: []api.Container{
 			off("small", 20, api.Ceiling{Percent: 20, Own: 20, Part: 40, MPSThreadPercent: 20, BoundBy: "own sm-percent"}),
 			off("big", 0, api.Ceiling{Percent: 40, Own: 70, Part: 40, MPSThreadPercent: 50, BoundBy: "GPU budget"}),
+			off("next", 0, api.Ceiling{Percent: 10, Own: 70, Part: 40, MPSThreadPercent: 50, BoundBy: "waiting for its turn"}),
 		},
 	}
 	var out bytes.Buffer
@@ -145,7 +146,7 @@ func TestStatusShowsCeilings(t *testing.T) {
 	}
 	for _, want := range []string{"OFFLINE CEILING", "60% split by 2", "ONLINE DEMAND", "30%",
 		"ceiling 70% → 60%: online demand 30%", "(2s ago)", "CEILING", "MPS%",
-		"20% (own sm-percent)", "40% (GPU budget)", "50%"} {
+		"20% (own sm-percent)", "40% (GPU budget)", "50%", "waits its turn"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}
@@ -211,7 +212,8 @@ func TestOfflineMPSColumn(t *testing.T) {
 		{api.GPU{OfflineMPS: 70, OnlineWidth: 100}, "70% (online 100% too wide)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSPowerCapped: true}, "50% (fits online 50%; power-capped: offline bounded)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSMemBound: true, OnlineMemBW: 50, OfflineMemBW: 62}, "50% (fits online 50%; memory bandwidth online 50% + offline 62%: bounded)"},
-		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true, OfflineMPSHeld: 75, OfflineMPSFitted: 1, OfflineContainers: 2}, "50% (fits online 50%; offline holds 75%: 1 of 2 fit, in turns, the others bounded)"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true, OfflineMPSHeld: 75, OfflineMPSFitted: 1, OfflineContainers: 2}, "50% (fits online 50%; offline holds 75%: in turns, 1 of 2 fit, 1 bounded)"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true, OfflineMPSHeld: 200, OfflineMPSFitted: 1, OfflineMPSWaiting: 2, OfflineContainers: 4}, "50% (fits online 50%; offline holds 200%: in turns, 1 of 4 fit, 2 wait, 1 bounded)"},
 	} {
 		if got := offlineMPS(tc.g); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.g, got, tc.want)
