@@ -233,19 +233,25 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	}
 }
 
+// holdingHalfEach is a GPU whose online kernels need half its SMs beside two offline
+// jobs whose processes started at 50% each: together above the budget, so they take turns.
+func holdingHalfEach(t *testing.T, a, b string) *fixture {
+	f := setup(t, running("svc", api.Online, 100, "0"), running(a, api.Offline, 200, "0"), running(b, api.Offline, 201, "0"))
+	f.startedAt(t, a, 50)
+	f.startedAt(t, b, 50)
+	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
+	f.mon.set(0, monitor.Healthy, 20)
+	return f
+}
+
 // Where offline jobs take turns and the GPU's budget stops fitting for a while (here the
 // power cap; a burst or the memory bus alike), the one whose turn it is runs bounded and
 // the others still wait for theirs: released together, each on a percentage the budget
 // fits only alone, their blocks would cover the online kernels' room.
 func TestTurnsGoOnWhileOfflineIsBounded(t *testing.T) {
-	svc, first, second := running("svc", api.Online, 100, "0"), running("first", api.Offline, 200, "0"), running("second", api.Offline, 201, "0")
-	f := setup(t, svc, first, second)
-	f.startedAt(t, "first", 50)
-	f.startedAt(t, "second", 50)
-	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
+	f := holdingHalfEach(t, "first", "second")
 	f.launch(t, "first", "second")
 	capped := uint64(0x4) // NVML's software power cap
-	f.mon.set(0, monitor.Healthy, 20)
 	f.mon.gpus[0].Sample.ClockEventReasons = &capped
 	f.g.Step(context.Background(), time.Now().Truncate(2*alloc.FitTurn)) // the first's turn
 	for id, paused := range map[string]bool{"first": false, "second": true} {
@@ -259,12 +265,7 @@ func TestTurnsGoOnWhileOfflineIsBounded(t *testing.T) {
 // takes no turn: the busy neighbour fits the budget all the time instead of waiting half
 // of it for nothing. Once the idle one launches again, they take turns again.
 func TestIdleJobTakesNoTurn(t *testing.T) {
-	svc, busy, idle := running("svc", api.Online, 100, "0"), running("busy", api.Offline, 200, "0"), running("idle", api.Offline, 201, "0")
-	f := setup(t, svc, busy, idle)
-	f.startedAt(t, "busy", 50)
-	f.startedAt(t, "idle", 50)
-	f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(5000) })
-	f.mon.set(0, monitor.Healthy, 20)
+	f := holdingHalfEach(t, "busy", "idle")
 	at := time.Now().Truncate(2 * alloc.FitTurn).Add(2 * alloc.FitTurn * 3 / 4) // the idle one's turn
 	// two usage reads (a second apart) with launches by the busy one only
 	for i := range 25 {
