@@ -158,6 +158,7 @@ func (d *Daemon) sampleAndStep(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			d.guard.EndTurns() // muxd stopping: no job may wait for a turn nobody gives
 			return
 		case <-t.C:
 		}

@@ -194,6 +194,15 @@ func TestPercentagesGivenBeforeAreHeld(t *testing.T) {
 	if c, _ := f.g.Ceiling("second"); c.BoundBy != "waiting for its turn" {
 		t.Errorf("the second's ceiling: %+v, want bound by its turn", c)
 	}
+	// muxd stopping: nobody would give it its turn, so it launches again, bounded
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.g.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.blk["second"].Limits(); l.Paused || l.ShareBP == 0 {
+		t.Errorf("the guard stopped: the waiting one is still paused (%v) or unbounded (share %d bp)", l.Paused, l.ShareBP)
+	}
 	st := f.status(t, "GPU-a")
 	if !st.Fits || st.MPSHeld != 100 || st.MPSFitted != 1 {
 		t.Errorf("GPU status: fits %v, held %v%%, %d fitted; want true, 100%%, 1", st.Fits, st.MPSHeld, st.MPSFitted)

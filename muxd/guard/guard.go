@@ -264,11 +264,35 @@ func (g *Guard) Run(ctx context.Context) error {
 		period := g.Policy().Alloc.Period.D()
 		select {
 		case <-ctx.Done():
+			g.EndTurns()
 			return nil
 		case <-time.After(period):
 		}
 		g.Step(ctx, time.Now())
 	}
+}
+
+// EndTurns lets the offline containers that wait for their turn (fitHeld) launch again,
+// bounded, when the guard stops: nobody would give them their turn. Those paused by
+// their GPU's health stay paused.
+func (g *Guard) EndTurns() {
+	g.stepMu.Lock()
+	defer g.stepMu.Unlock()
+	cp := &g.loop.parts
+	for id := range cp.waiting {
+		b := g.Blocks.Block(id)
+		if b == nil || cp.paused[id] {
+			continue
+		}
+		if l := b.Limits(); l.Paused {
+			l.Paused = false
+			if err := b.SetLimits(l); err != nil {
+				g.Log.Error("cannot end an offline container's wait for its turn", "id", id, "err", err)
+			}
+		}
+		delete(g.loop.applied, id)
+	}
+	clear(cp.waiting)
 }
 
 // Step runs one period of the loop, in five steps that each read on their own:
