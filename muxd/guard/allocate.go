@@ -102,7 +102,6 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		f.width = st.width.Observe(width, now)
 		if cfg.Fit {
 			f.budget, f.fits = alloc.FitBudget(f.width, cfg.OfflineMax, cfg.FitMin)
-			f.sized = f.fits
 		}
 		if v.status.Sample.PowerCapped() {
 			st.powerCapped = now
@@ -115,10 +114,11 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		if f.fits && busBound {
 			f.fits, f.busBound = false, true
 		}
+		f.turns = f.fits
 		if d.Burst {
 			f.fits = false
 		}
-		if f.sized {
+		if f.turns {
 			g.fitHeld(&f, v.offline, now)
 		}
 	}
@@ -259,7 +259,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
 		fit := g.loop.fits[i]
 		mps, _ := alloc.SplitBudget(fit.budget, claims)
-		if fit.sized {
+		if fit.turns {
 			var held uint32
 			for _, h := range fit.fitPct {
 				held += h
@@ -291,7 +291,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// and beside fitted ones keeps the part of it their SMs leave.
 				gate[j] *= beside
 				parts[j] *= beside
-				if fit.sized && fit.waits[j] {
+				if fit.turns && fit.waits[j] {
 					cp.waiting[id] = true
 				}
 			}

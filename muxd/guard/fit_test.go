@@ -253,19 +253,41 @@ func holdingHalfEach(t *testing.T, a, b string) *fixture {
 	return f
 }
 
-// Where offline jobs take turns and the GPU's budget stops fitting for a while (here the
-// power cap; a burst or the memory bus alike), the one whose turn it is runs bounded and
-// the others still wait for theirs: released together, each on a percentage the budget
-// fits only alone, their blocks would cover the online kernels' room.
-func TestTurnsGoOnWhileOfflineIsBounded(t *testing.T) {
+// Where offline jobs take turns, a burst bounds the one whose turn it is and the others
+// still wait for theirs: released together at the burst's start, each on a percentage
+// the budget fits only alone, their blocks would crowd the online kernels. At the power
+// cap (remembered for alloc.WidthMemory) no one fits and they all run bounded.
+func TestTurnsGoOnThroughABurst(t *testing.T) {
 	f := holdingHalfEach(t, "first", "second")
-	f.launch(t, "first", "second")
-	capped := uint64(0x4) // NVML's software power cap
-	f.mon.gpus[0].Sample.ClockEventReasons = &capped
-	f.g.Step(context.Background(), time.Now().Truncate(2*alloc.FitTurn)) // the first's turn
+	now := time.Now().Truncate(2 * alloc.FitTurn) // a cycle's start: the first's turn
+	var launches uint64
+	step := func(online uint64) {
+		launches += online
+		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.Launches = launches })
+		f.launch(t, "first", "second")
+		f.g.Step(context.Background(), now)
+		now = now.Add(100 * time.Millisecond)
+	}
+	for range 40 { // calm, 4 s: two whole cycles of turns
+		step(40)
+	}
+	step(200)
+	if st := f.status(t, "GPU-a"); !st.Burst {
+		t.Fatalf("5x the online launches: no burst: %+v", st)
+	}
 	for id, paused := range map[string]bool{"first": false, "second": true} {
 		if l := f.blk[id].Limits(); l.Signal.FitPercent != 0 || l.Paused != paused {
-			t.Errorf("power-capped, the first's turn: %s fit %d%%, paused %v; want 0%% and %v", id, l.Signal.FitPercent, l.Paused, paused)
+			t.Errorf("a burst in the first's turn: %s fit %d%%, paused %v; want 0%% and %v", id, l.Signal.FitPercent, l.Paused, paused)
+		}
+	}
+	capped := uint64(0x4) // NVML's software power cap
+	f.mon.gpus[0].Sample.ClockEventReasons = &capped
+	for range 3 {
+		step(40)
+	}
+	for _, id := range []string{"first", "second"} {
+		if l := f.blk[id].Limits(); l.Signal.FitPercent != 0 || l.Paused {
+			t.Errorf("power-capped: %s fit %d%%, paused %v; want 0%%, running bounded", id, l.Signal.FitPercent, l.Paused)
 		}
 	}
 }

@@ -151,9 +151,12 @@ type mpsFit struct {
 	width  float64 // the online kernels' width it was sized for (0: unknown)
 	budget float64 // split among the offline containers, like the launch-gate ceiling
 	fits   bool    // budget leaves the online kernels room (alloc.FitBudget)
-	// sized: the budget was sized to leave the online kernels room, whether or not they
-	// fit it this period (a burst, the power cap or the memory bus may keep them bounded).
-	sized bool
+	// turns: the budget fits but for a burst: where the offline jobs' percentages sum
+	// above it they take turns (fitHeld), through a burst too, when the one whose turn
+	// it is runs bounded and the others still wait (released together at the burst's
+	// start, they would crowd the online kernels). At the power cap or on a busy memory
+	// bus, for WidthMemory, no one fits and they all run bounded, without turns.
+	turns bool
 	// powerCapped: the budget fits, but the GPU ran at its power cap lately, where
 	// every offline SM slows the online kernels' clock: offline stays bounded.
 	powerCapped bool
