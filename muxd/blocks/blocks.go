@@ -71,8 +71,16 @@ func (m *Manager) Paths(id string) api.ControlPaths {
 // guard offers it (alloc.TurnOffer): it will take turns with them. The guard changes share
 // and MPS percentage afterwards, never above the ceiling; memory caps stay.
 func InitialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers ...Peer) ctlblock.Limits {
+	l, _ := initialLimits(c, p, gpus, peers)
+	return l
+}
+
+// initialLimits is InitialLimits, and whether an offline container's processes fit its
+// GPUs' MPS budget beside what its peers' processes may hold (the budget fits the online
+// kernels, and it is not to take turns with them).
+func initialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers []Peer) (l ctlblock.Limits, fitsBeside bool) {
 	cl, _ := p.ClassLimits(string(c.Class))
-	l := ctlblock.Unlimited()
+	l = ctlblock.Unlimited()
 	mem := c.Limits.GPUMemory
 	if mem == 0 {
 		mem = uint64(cl.MemoryLimit)
@@ -91,12 +99,13 @@ func InitialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers ...P
 		l.MPSActiveThreadPercent, l.ShareBP = MPSThreadPercent(part*100), MPSThreadPercent(part*100)*100
 		if fits {
 			l.MPSActiveThreadPercent = MPSThreadPercent(alloc.TurnOffer(part, budget, OwnCeiling(c, p), held) * 100)
+			fitsBeside = alloc.FitsBeside(part, budget, held)
 		}
 	}
 	if p.Hook.FailClosed {
 		l.FailPolicy = ctlblock.FailClosed
 	}
-	return l
+	return l, fitsBeside
 }
 
 // offlineMPSBudget is the MPS budget (0..1) an offline container's GPUs have now: the
@@ -225,14 +234,10 @@ func (m *Manager) Ensure(c api.Container, p *policy.Policy) error {
 	// Attach, never recreate: a running process keeps the inodes it mapped, so a block
 	// whose usage file the container broke is reattached (and reported corrupt by every
 	// read) instead of being replaced by a second one the process never sees.
-	held := m.peersHolding(peers)
-	l := InitialLimits(c, p, gpus, held...)
+	l, fitsBeside := initialLimits(c, p, gpus, m.peersHolding(peers))
 	l.Signal = Signal(c, p, gpus)
-	if budget, fits := offlineMPSBudget(c, p, gpus); fits && c.Class == api.Offline && l.Signal.Role == ctlblock.SignalFollow {
-		// as the guard would write it: it fits unless it is to take turns with its peers
-		if part, others := offlinePart(c, p, held, budget); alloc.FitsBeside(part, budget, others) {
-			l.Signal.FitPercent = l.MPSActiveThreadPercent
-		}
+	if fitsBeside && l.Signal.Role == ctlblock.SignalFollow {
+		l.Signal.FitPercent = l.MPSActiveThreadPercent // as the guard would write it
 	}
 	b, err := ctlblock.Attach(dir, l)
 	if err != nil {
