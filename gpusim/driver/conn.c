@@ -62,7 +62,7 @@ CUresult gs_call_ids(uint16_t op, uint32_t a, uint32_t b)
 	gs_hdr_fill(&m.h, op, sizeof m);
 	struct gs_reply r;
 	CUresult res = gs_call(&m, sizeof m, &r, sizeof r);
-	if (op == GS_SYNC && res == CUDA_SUCCESS)
+	if (op == GS_SYNC && a != GS_SYNC_EVENT && res == CUDA_SUCCESS)
 		atomic_fetch_add(&gs_syncs, 1);
 	return res;
 }

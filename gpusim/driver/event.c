@@ -9,8 +9,8 @@
  * when another live event holds it. Only the connection's reader writes
  * completions; claims and releases take the table lock so that a completion
  * never lands in a slot that changed hands. "Not yet" is answered from the table
- * only while nothing synchronised since the record: a sync may return before the
- * completions it waited for arrive. */
+ * only while no synchronisation that covers the record returned since: a sync may
+ * return before the completions it waited for arrive. */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -80,6 +80,22 @@ void gs_event_done(uint32_t id, uint64_t gen, double at_ns)
 	pthread_mutex_unlock(&tab_mu);
 }
 
+/* Records sent so far, in order, and the latest of them that an event synchronisation
+ * covered. The completion of a record implies at most that of work submitted before it
+ * (on its stream, and on those it waited for), so a synchronisation on one event leaves
+ * "not yet" answers for later records as true as they were: a process that keeps a few
+ * launches in flight and waits for the oldest (libxcuda's launch gate) would otherwise ask
+ * gpusimd about every later one. */
+static _Atomic uint64_t rec_seq;
+static _Atomic uint64_t synced_upto;
+
+void gs_event_synced(struct CUevent_st *e)
+{
+	uint64_t seq = atomic_load(&e->rec_seq), cur = atomic_load(&synced_upto);
+	while (cur < seq && !atomic_compare_exchange_weak(&synced_upto, &cur, seq)) {
+	}
+}
+
 void gs_event_recording(struct CUevent_st *e)
 {
 	/* completions of earlier records first: a process that records without querying
@@ -89,6 +105,7 @@ void gs_event_recording(struct CUevent_st *e)
 	 * returns */
 	atomic_store(&e->rec_ns, mono_ns());
 	atomic_store(&e->rec_syncs, atomic_load(&gs_syncs));
+	atomic_store(&e->rec_seq, atomic_fetch_add(&rec_seq, 1) + 1);
 	atomic_fetch_add(&e->rec_gen, 1);
 }
 
@@ -122,7 +139,8 @@ int gs_event_local(struct CUevent_st *e, double *at_ns)
 	if (r == 1)
 		return 1;
 	if (r == 0 && mono_ns() - atomic_load(&e->rec_ns) < EV_LOCAL_NS &&
-	    atomic_load(&e->rec_syncs) == atomic_load(&gs_syncs))
+	    atomic_load(&e->rec_syncs) == atomic_load(&gs_syncs) &&
+	    atomic_load(&e->rec_seq) > atomic_load(&synced_upto))
 		return 0;
 	return -1;
 }

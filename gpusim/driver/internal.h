@@ -86,6 +86,7 @@ struct CUevent_st {
 	_Atomic uint64_t rec_gen;  /* records sent */
 	_Atomic uint64_t rec_ns;   /* CLOCK_MONOTONIC of the last record */
 	_Atomic uint64_t rec_syncs; /* gs_syncs at the last record */
+	_Atomic uint64_t rec_seq;   /* the last record's place among the process's records */
 };
 
 struct CUmod_st {
@@ -120,8 +121,9 @@ void gs_hdr_fill(struct gs_hdr *h, uint16_t op, uint32_t len);
  * round trip whose plain reply carries the result. */
 CUresult gs_send_ids(uint16_t op, uint32_t a, uint32_t b);
 CUresult gs_call_ids(uint16_t op, uint32_t a, uint32_t b);
-/* Successful synchronisations so far: a sync may return before the completions it
- * waited for reach the table (gpusimd answers at once what already finished). */
+/* Successful stream, context and device synchronisations so far: a sync may return
+ * before the completions it waited for reach the table (gpusimd answers at once what
+ * already finished). An event synchronisation covers less (gs_event_synced). */
 extern _Atomic uint64_t gs_syncs;
 int gs_poll(void); /* non-blocking: pick up a pending notification; 1 if one was read */
 void gs_drain(void); /* non-blocking: pick up every pending notification */
@@ -131,6 +133,8 @@ void gs_event_release(struct CUevent_st *e);
 void gs_event_done(uint32_t id, uint64_t gen, double at_ns);
 /* Notes a record of e that is about to be sent. */
 void gs_event_recording(struct CUevent_st *e);
+/* Notes that a synchronisation on e's last record returned. */
+void gs_event_synced(struct CUevent_st *e);
 /* 1: the event's last record completed (*at_ns: when), 0: not yet, -1: ask gpusimd. */
 int gs_event_local(struct CUevent_st *e, double *at_ns);
 

@@ -147,7 +147,9 @@ GS_EXPORT CUresult cuEventQuery(CUevent ev)
 GS_EXPORT CUresult cuEventSynchronize(CUevent ev)
 {
 	CUresult r = event_ok(ev);
-	return r != CUDA_SUCCESS ? r : gs_call_ids(GS_SYNC, GS_SYNC_EVENT, ev->id);
+	if (r == CUDA_SUCCESS && (r = gs_call_ids(GS_SYNC, GS_SYNC_EVENT, ev->id)) == CUDA_SUCCESS)
+		gs_event_synced(ev);
+	return r;
 }
 
 GS_EXPORT CUresult cuEventDestroy(CUevent ev)

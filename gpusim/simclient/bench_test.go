@@ -20,9 +20,11 @@ import (
 // then one process alone for the median cost of one asynchronous
 // cuLaunchKernel, the median cuStreamSynchronize round trip on an idle
 // stream and the median cuEventQuery of a completed event (answered from the
-// completions gpusimd reported, no round trip), and how late after a 300 µs kernel
-// ends a cuStreamSynchronize waiting for it returns. Targets: >= 50000 launches/s,
-// <= 5us, <= 50us, <= 5us, <= 100us.
+// completions gpusimd reported, no round trip), the median cuEventQuery of a pending
+// event right after cuEventSynchronize on an earlier one (a launch gate waiting for
+// its oldest launch and polling the later ones: no round trip either), and how late
+// after a 300 µs kernel ends a cuStreamSynchronize waiting for it returns. Targets:
+// >= 50000 launches/s, <= 5us, <= 50us, <= 5us, <= 5us, <= 100us.
 func BenchmarkLaunchFourProcesses(b *testing.B) {
 	if _, err := simclient.Paths(); err != nil {
 		b.Fatal(err)
@@ -73,16 +75,17 @@ func BenchmarkLaunchFourProcesses(b *testing.B) {
 		rates = append(rates, 4*perProc/el)
 	}
 	b.StopTimer()
-	var launchUs, syncUs, queryUs, lateUs []float64
+	var launchUs, syncUs, queryUs, pendingUs, lateUs []float64
 	for i := 0; i < 3; i++ {
 		cmd := exec.Command(bench, "20000")
 		cmd.Env = append(os.Environ(), d.Env()...)
 		o, err := cmd.Output()
 		var r struct {
-			LaunchMed float64 `json:"launch_median_us"`
-			SyncMed   float64 `json:"sync_median_us"`
-			QueryMed  float64 `json:"event_query_median_us"`
-			LateMed   float64 `json:"sync_after_kernel_median_us"`
+			LaunchMed  float64 `json:"launch_median_us"`
+			SyncMed    float64 `json:"sync_median_us"`
+			QueryMed   float64 `json:"event_query_median_us"`
+			PendingMed float64 `json:"pending_query_median_us"`
+			LateMed    float64 `json:"sync_after_kernel_median_us"`
 		}
 		if err == nil {
 			err = json.Unmarshal(o, &r)
@@ -93,12 +96,14 @@ func BenchmarkLaunchFourProcesses(b *testing.B) {
 		launchUs = append(launchUs, r.LaunchMed)
 		syncUs = append(syncUs, r.SyncMed)
 		queryUs = append(queryUs, r.QueryMed)
+		pendingUs = append(pendingUs, r.PendingMed)
 		lateUs = append(lateUs, r.LateMed)
 	}
 	b.ReportMetric(median(rates), "launches/s")
 	b.ReportMetric(median(launchUs), "launch-us")
 	b.ReportMetric(median(syncUs), "sync-us")
 	b.ReportMetric(median(queryUs), "event-query-us")
+	b.ReportMetric(median(pendingUs), "pending-query-us")
 	b.ReportMetric(median(lateUs), "sync-after-kernel-us")
 }
 

@@ -193,6 +193,24 @@ int main(void)
 		CHECK("cuEventElapsedTime of the latest records", cuEventElapsedTime(&ms, e1, e3), CUDA_SUCCESS);
 		TRUE("20 kernels of 0.1 ms took about 2 ms", ms > 1.5f && ms < 50.0f);
 	}
+	/* A synchronisation on one event covers the records before it, not those after: a
+	 * launch gate that waits for its oldest launch and polls the later ones. */
+	CUevent e4;
+	CHECK("cuEventCreate 4", cuEventCreate(&e4, 0), CUDA_SUCCESS);
+	CHECK("cuEventRecord first", cuEventRecord(e1, s), CUDA_SUCCESS);
+	for (int i = 0; i < 10; i++)
+		CHECK("cuLaunchKernel first ms", cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+	CHECK("cuEventRecord middle", cuEventRecord(e3, s), CUDA_SUCCESS);
+	for (int i = 0; i < 20; i++)
+		CHECK("cuLaunchKernel next 2 ms", cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+	CHECK("cuEventRecord last", cuEventRecord(e4, s), CUDA_SUCCESS);
+	CHECK("cuEventSynchronize middle", cuEventSynchronize(e3), CUDA_SUCCESS);
+	CHECK("cuEventQuery of the record before the synced one", cuEventQuery(e1), CUDA_SUCCESS);
+	CHECK("cuEventQuery of the synced one", cuEventQuery(e3), CUDA_SUCCESS);
+	CHECK("cuEventQuery of the one after, 2 ms behind", cuEventQuery(e4), CUDA_ERROR_NOT_READY);
+	CHECK("cuEventSynchronize last", cuEventSynchronize(e4), CUDA_SUCCESS);
+	CHECK("cuEventQuery of the last once synced", cuEventQuery(e4), CUDA_SUCCESS);
+	CHECK("cuEventDestroy 4", cuEventDestroy(e4), CUDA_SUCCESS);
 	CHECK("cuEventDestroy 3", cuEventDestroy(e3), CUDA_SUCCESS);
 	CUstream s2;
 	CHECK("cuStreamCreate 2", cuStreamCreate(&s2, 0), CUDA_SUCCESS);

@@ -77,6 +77,32 @@ int main(int argc, char **argv)
 			return 1;
 		q[i] = now_us() - t;
 	}
+	/* cuEventQuery on a pending event just after cuEventSynchronize on an earlier one:
+	 * a launch gate waiting for its oldest launch, then polling the later ones (a real
+	 * driver reads host memory either way). */
+	CUevent older, newer;
+	CUfunction k100;
+	double *pq = malloc(sizeof(double) * (size_t)nsync);
+	if (pq == NULL || cuEventCreate(&older, 0) || cuEventCreate(&newer, 0) ||
+	    cuModuleLoadData(&m, "gpusim-module 1\nfunc k100 block_us=100 bw=0\n") ||
+	    cuModuleGetFunction(&k100, m, "k100"))
+		return 1;
+	int pending = 0;
+	for (int i = 0; i < nsync; i++) {
+		if (cuLaunchKernel(k100, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL) || cuEventRecord(older, s) ||
+		    cuLaunchKernel(k100, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL) ||
+		    cuLaunchKernel(k100, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL) || cuEventRecord(newer, s) ||
+		    cuEventSynchronize(older))
+			return 1;
+		double t = now_us();
+		CUresult r = cuEventQuery(newer);
+		pq[i] = now_us() - t;
+		if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY)
+			return 1;
+		pending += r == CUDA_ERROR_NOT_READY;
+		if (cuEventSynchronize(newer))
+			return 1;
+	}
 	/* A 300 us kernel, then cuStreamSynchronize: how late after the kernel ends the
 	 * sync returns (a real driver: microseconds). */
 	CUfunction k300;
@@ -92,7 +118,9 @@ int main(int argc, char **argv)
 		late[i] = now_us() - t - 300;
 	}
 	printf("{\"launches\":%d,\"launches_per_s\":%.0f,\"launch_median_us\":%.3f,\"sync_median_us\":%.3f,"
-	       "\"event_query_median_us\":%.3f,\"sync_after_kernel_median_us\":%.3f}\n",
-	       n, n / (el / 1e6), median(lat, n), median(sy, nsync), median(q, nsync), median(late, nsync));
+	       "\"event_query_median_us\":%.3f,\"pending_query_median_us\":%.3f,\"pending_queries\":%d,"
+	       "\"sync_after_kernel_median_us\":%.3f}\n",
+	       n, n / (el / 1e6), median(lat, n), median(sy, nsync), median(q, nsync), median(pq, nsync),
+	       pending, median(late, nsync));
 	return 0;
 }
