@@ -98,9 +98,11 @@ void gs_event_synced(struct CUevent_st *e)
 
 void gs_event_recording(struct CUevent_st *e)
 {
-	/* completions of earlier records first: a process that records without querying
-	 * must not let them pile up in its socket */
-	gs_drain();
+	/* completions of earlier records first, every 16th record: a process that records
+	 * without querying must not let them pile up in its socket */
+	static _Atomic unsigned records;
+	if ((atomic_fetch_add_explicit(&records, 1, memory_order_relaxed) & 15) == 0)
+		gs_drain();
 	/* counted before the record is sent: its completion may be read before the send
 	 * returns */
 	atomic_store(&e->rec_ns, mono_ns());
