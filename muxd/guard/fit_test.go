@@ -387,3 +387,66 @@ func TestFittedGate(t *testing.T) {
 		}
 	}
 }
+
+// A fitted job that launches few kernels has its own ceiling (sm_max, 70%) counted in SM
+// time: on a fitted 37% it may run all of the time. One that launches many keeps it as a
+// share of GPU time, since its launches would queue the online ones in the GPU's front
+// end. The ceiling the status shows is the same for both.
+func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		perStep   uint64 // launches every 100 ms period
+		wantShare float64
+	}{
+		{name: "1,000 launches a second", perStep: 100, wantShare: 1},
+		{name: "10,000 launches a second", perStep: 1000, wantShare: 0.7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+			f.startedAt(t, "train", 37)
+			f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(6250) })
+			f.mon.set(0, monitor.Healthy, 20)
+			now := time.Now()
+			for i := range 25 { // two usage reads of the offline block, a second apart
+				f.writeUsage(t, "train", func(r *ctlblock.RawUsage) { r.Launches += tc.perStep })
+				f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
+			}
+			l := f.blk["train"].Limits()
+			if got := float64(l.ShareBP) / ctlblock.ShareFull; math.Abs(got-tc.wantShare) > 1e-9 || l.Signal.FitPercent != 37 {
+				t.Errorf("launch-gate share %v, fit %d%%; want %v and 37%%", got, l.Signal.FitPercent, tc.wantShare)
+			}
+			if ce, _ := f.g.Ceiling("train"); ce.Own != 70 {
+				t.Errorf("ceiling %+v, want its own 70%%", ce)
+			}
+		})
+	}
+}
+
+// Once its own ceiling no longer bounds it, a job's launch rate may rise by 1 ÷ that
+// ceiling: it keeps counting in SM time up to FewLaunches ÷ own, so that the step does
+// not go back and forth. A job first seen at that rate does not start there.
+func TestFewLaunchesHysteresis(t *testing.T) {
+	f := setup(t)
+	f.g.begin(policy.Default(), time.Now())
+	for _, tc := range []struct {
+		rate float64
+		ok   bool
+		want bool
+	}{
+		{0, false, false},               // no rate read yet
+		{2500, true, false},             // above FewLaunches, not few before
+		{1500, true, true},              // few
+		{2500, true, true},              // risen by less than 1 ÷ 0.7 since: still few
+		{FewLaunches / 0.7 * 1.01, true, false},
+		{2500, true, false},
+	} {
+		if tc.ok {
+			f.g.loop.trust.rate["train"] = tc.rate
+		} else {
+			delete(f.g.loop.trust.rate, "train")
+		}
+		if got := f.g.fewLaunches("train", 0.7); got != tc.want {
+			t.Errorf("at %.0f launches/s (read: %v): few %v, want %v", tc.rate, tc.ok, got, tc.want)
+		}
+	}
+}

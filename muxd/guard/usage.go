@@ -168,6 +168,7 @@ func (g *Guard) forget(live map[string]bool) {
 	forget(g.loop.applied, live)
 	forget(g.loop.given, live)
 	forget(g.loop.waited, live)
+	forget(g.loop.few, live)
 	g.mu.Lock()
 	forget(g.quarantined, live)
 	forget(g.ceilings, live)
