@@ -153,8 +153,10 @@ type Ceiling struct {
 	// online kernels of its GPUs room to run at once (their GPUs' MPS budgets were sized
 	// for that): their launches need not be bounded for online work.
 	FitPercent uint32 `json:"fit_percent,omitempty"`
-	// BoundBy names the limit that binds: "own sm-percent", "GPU budget", "paused" or
-	// "waiting for its turn" (alloc.FitHeld's turns: it launches nothing until then).
+	// BoundBy names the limit that binds: "own sm-percent", "own sm-percent, many
+	// launches" (it fits, but launches too many kernels for its own ceiling to count in
+	// SM time: guard.FewLaunches), "GPU budget", "paused" or "waiting for its turn"
+	// (alloc.FitHeld's turns: it launches nothing until then).
 	BoundBy string `json:"bound_by"`
 }
 

@@ -248,7 +248,9 @@ type ceilingParts struct {
 	fitPct   map[string]uint32  // the MPS percentage its processes may hold, as fitted
 	paused   map[string]bool
 	waiting  map[string]bool // it waits for its turn to fit (alloc.TurnAt)
-	claims   []alloc.Claim
+	// manyLaunches: it fits, but its own ceiling bounds its GPU time (fewLaunches)
+	manyLaunches map[string]bool
+	claims       []alloc.Claim
 }
 
 // applyCeilings splits each GPU's offline ceiling among its offline containers and
@@ -269,6 +271,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 	cp := &g.loop.parts
 	if cp.ceilings == nil {
 		cp.ceilings, cp.mpsPart, cp.fits, cp.fitPct, cp.paused, cp.waiting = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}, map[string]uint32{}, map[string]bool{}, map[string]bool{}
+		cp.manyLaunches = map[string]bool{}
 	}
 	clear(cp.ceilings)
 	clear(cp.mpsPart)
@@ -276,6 +279,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 	clear(cp.fitPct)
 	clear(cp.paused)
 	clear(cp.waiting)
+	clear(cp.manyLaunches)
 	for i, v := range sv.views {
 		claims := cp.claims[:0]
 		for _, c := range v.offline {
@@ -312,10 +316,11 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// counted in SM time under the dynamic allocator (fittedGate), and so
 				// is its own ceiling while it launches few kernels (fewLaunches).
 				own := claims[j].Cap
-				if g.fewLaunches(id, own) {
-					gate[j] = fittedGate(math.Min(decisions[i].Share, own), fit.fitPct[j], p)
-				} else {
-					gate[j] = math.Min(own, fittedGate(decisions[i].Share, fit.fitPct[j], p))
+				few := g.fewLaunches(id, own)
+				gate[j] = fittedGate(math.Min(decisions[i].Share, own), fit.fitPct[j], p)
+				if gate[j] > own && !few {
+					gate[j] = own
+					cp.manyLaunches[id] = true
 				}
 				parts[j] = decisions[i].Share
 			} else {
@@ -364,6 +369,8 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 			c.BoundBy = "paused"
 		case cp.waiting[id]:
 			c.BoundBy = "waiting for its turn"
+		case cp.manyLaunches[id]:
+			c.BoundBy = "own sm-percent, many launches"
 		case c.Own < c.Part:
 			c.BoundBy = "own sm-percent"
 		default:

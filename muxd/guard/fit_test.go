@@ -391,15 +391,16 @@ func TestFittedGate(t *testing.T) {
 // A fitted job that launches few kernels has its own ceiling (sm_max, 70%) counted in SM
 // time: on a fitted 37% it may run all of the time. One that launches many keeps it as a
 // share of GPU time, since its launches would queue the online ones in the GPU's front
-// end. The ceiling the status shows is the same for both.
+// end; the status says so.
 func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		perStep   uint64 // launches every 100 ms period
 		wantShare float64
+		boundBy   string
 	}{
-		{name: "1,000 launches a second", perStep: 100, wantShare: 1},
-		{name: "10,000 launches a second", perStep: 1000, wantShare: 0.7},
+		{name: "1,000 launches a second", perStep: 100, wantShare: 1, boundBy: "GPU budget"},
+		{name: "10,000 launches a second", perStep: 1000, wantShare: 0.7, boundBy: "own sm-percent, many launches"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
@@ -415,8 +416,8 @@ func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 			if got := float64(l.ShareBP) / ctlblock.ShareFull; math.Abs(got-tc.wantShare) > 1e-9 || l.Signal.FitPercent != 37 {
 				t.Errorf("launch-gate share %v, fit %d%%; want %v and 37%%", got, l.Signal.FitPercent, tc.wantShare)
 			}
-			if ce, _ := f.g.Ceiling("train"); ce.Own != 70 {
-				t.Errorf("ceiling %+v, want its own 70%%", ce)
+			if ce, _ := f.g.Ceiling("train"); ce.Own != 70 || ce.BoundBy != tc.boundBy {
+				t.Errorf("ceiling %+v, want its own 70%%, bound by %s", ce, tc.boundBy)
 			}
 		})
 	}
@@ -433,10 +434,10 @@ func TestFewLaunchesHysteresis(t *testing.T) {
 		ok   bool
 		want bool
 	}{
-		{0, false, false},               // no rate read yet
-		{2500, true, false},             // above FewLaunches, not few before
-		{1500, true, true},              // few
-		{2500, true, true},              // risen by less than 1 ÷ 0.7 since: still few
+		{0, false, false},   // no rate read yet
+		{2500, true, false}, // above FewLaunches, not few before
+		{1500, true, true},  // few
+		{2500, true, true},  // risen by less than 1 ÷ 0.7 since: still few
 		{FewLaunches / 0.7 * 1.01, true, false},
 		{2500, true, false},
 	} {
