@@ -314,13 +314,18 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// kernels' room and from the other fitted containers' parts: it may
 				// run as often as the GPU's ceiling lets offline work run at all,
 				// counted in SM time under the dynamic allocator (fittedGate), and so
-				// is its own ceiling while it launches few kernels (fewLaunches).
+				// is its own ceiling while it launches few kernels (fewLaunches) and
+				// does not take turns (fit.held: at each handover the job whose turn
+				// ends still has queued kernels, and with the next one's they cover
+				// more than the budget).
 				own := claims[j].Cap
 				few := g.fewLaunches(id, own)
 				gate[j] = fittedGate(math.Min(decisions[i].Share, own), fit.fitPct[j], p)
-				if gate[j] > own && !few {
+				if gate[j] > own && (!few || fit.held > 0) {
 					gate[j] = own
-					cp.manyLaunches[id] = true
+					if !few {
+						cp.manyLaunches[id] = true
+					}
 				}
 				parts[j] = decisions[i].Share
 			} else {

@@ -423,6 +423,35 @@ func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 	}
 }
 
+// Jobs that take turns keep their own ceiling in GPU time, however few their launches:
+// at each handover the queued kernels of the one whose turn ends and the next one's
+// would together cover more than the budget.
+func TestTurnsKeepOwnCeilingInGPUTime(t *testing.T) {
+	f := holdingHalfEach(t, "first", "second")
+	now := time.Now().Truncate(2 * alloc.FitTurn) // a cycle's start: the first's turn
+	for i := range 25 {
+		f.launch(t, "first", "second") // 1,000 launches a second each
+		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	running := 0
+	for _, id := range []string{"first", "second"} {
+		l := f.blk[id].Limits()
+		if l.Paused {
+			continue // waits for its turn
+		}
+		running++
+		if got := float64(l.ShareBP) / ctlblock.ShareFull; l.Signal.FitPercent != 50 || got != 0.7 {
+			t.Errorf("%s, in its turn: share %v, fit %d%%; want its own 70%% and fit 50%%", id, got, l.Signal.FitPercent)
+		}
+		if ce, _ := f.g.Ceiling(id); ce.BoundBy != "GPU budget" {
+			t.Errorf("%s: ceiling %+v, want bound by the GPU budget", id, ce)
+		}
+	}
+	if running != 1 {
+		t.Errorf("%d of the two run, want the one whose turn it is", running)
+	}
+}
+
 // Once its own ceiling no longer bounds it, a job's launch rate may rise by 1 ÷ that
 // ceiling: it keeps counting in SM time up to FewLaunches ÷ own, so that the step does
 // not go back and forth. A job first seen at that rate does not start there.
