@@ -216,13 +216,14 @@ func fittedGate(share float64, fitPct uint32, p *policy.Policy) float64 {
 
 // FewLaunches is the launch rate (launches a second) up to which a fitted offline
 // container's own ceiling is counted in SM time, as the GPU's is (fittedGate): its
-// blocks hold only its MPS percentage, so 70% of the SMs for all of the time is 100%
-// of the time on a fitted 37.5%. Above it the own ceiling stays a share of GPU time.
+// blocks hold only its MPS percentage, so an own ceiling of 70% of the SMs lets a job
+// that holds 37.5% of them run all of the time. Above it the own ceiling stays a share
+// of GPU time.
 // Every launch passes the GPU's front end, which sets up one kernel at a time for all
 // contexts (a few µs each, gpusim/README.md), and the online launches queue there
 // behind the offline ones whatever the SM split: a job of 20 µs kernels let run all
 // the time put tiny-kernels-a100's online p99 at 1.22× (its GPU-side p99 1.0 → 1.8 ms;
-// docs/results.md, *Known limits*).
+// docs/results.md, *Since 170a721*).
 const FewLaunches = 2000
 
 // fewLaunches says whether an offline container launched at most FewLaunches kernels a
