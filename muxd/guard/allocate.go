@@ -316,9 +316,10 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// run as often as the GPU's ceiling lets offline work run at all,
 				// counted in SM time under the dynamic allocator (fittedGate), and so
 				// is its own ceiling while it launches few kernels (fewLaunches) and
-				// does not take turns (fit.held: at each handover the job whose turn
-				// ends still has queued kernels, and with the next one's they cover
-				// more than the budget).
+				// does not take turns (fit.held: four jobs in turns let run all of
+				// the time cost four-offline-h100's online p99 1.08× against static's
+				// 0.99×, most likely at the handovers, where the queued kernels of
+				// the one whose turn ends run beside the next one's).
 				own := claims[j].Cap
 				few := g.fewLaunches(id, own)
 				gate[j] = fittedGate(math.Min(decisions[i].Share, own), fit.fitPct[j], p)
