@@ -226,19 +226,17 @@ func fittedGate(share float64, fitPct uint32, p *policy.Policy) float64 {
 // docs/results.md, *Since 170a721*).
 const FewLaunches = 2000
 
-// fewLaunches says whether an offline container launched at most FewLaunches kernels a
-// second at its last usage read (none yet: no). Its rate rises by up to 1 ÷ own once its
-// own ceiling no longer bounds it, so it keeps that up to FewLaunches ÷ own rather
-// than go back and forth. Only the step calls it.
-func (g *Guard) fewLaunches(id string, own float64) bool {
-	rate, ok := g.loop.trust.rate[id]
+// fewLaunches says whether an offline container launching rate kernels a second
+// launches few (at most FewLaunches), given what its previous read said (wasFew) and its
+// own ceiling: its rate rises by up to 1 ÷ own once that ceiling no longer bounds it, so
+// one found few keeps that up to FewLaunches ÷ own rather than go back and forth. The
+// usage read decides it once per read of the container's block.
+func fewLaunches(rate float64, wasFew bool, own float64) bool {
 	limit := float64(FewLaunches)
-	if g.loop.few[id] && own > 0 {
+	if wasFew && own > 0 {
 		limit /= own
 	}
-	few := ok && rate <= limit
-	g.loop.few[id] = few
-	return few
+	return rate <= limit
 }
 
 // ceilingParts is one period's split of the GPUs' budgets, per offline container.
@@ -320,8 +318,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// the time cost four-offline-h100's online p99 1.08× against static's
 				// 0.99×, most likely at the handovers, where the queued kernels of
 				// the one whose turn ends run beside the next one's).
-				own := claims[j].Cap
-				few := g.fewLaunches(id, own)
+				own, few := claims[j].Cap, g.loop.trust.few[id]
 				gate[j] = fittedGate(math.Min(decisions[i].Share, own), fit.fitPct[j], p)
 				if gate[j] > own && (!few || fit.held > 0) {
 					gate[j] = own
@@ -333,7 +330,6 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 			} else {
 				// Its blocks may take any SM: it splits the ceiling with the others,
 				// and beside fitted ones keeps the part of it their SMs leave.
-				delete(g.loop.few, id)
 				gate[j] *= beside
 				parts[j] *= beside
 				if fit.turns && fit.waits[j] {

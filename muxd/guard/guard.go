@@ -108,9 +108,6 @@ type loopState struct {
 	given map[string]uint32
 	// waited is, per offline container, when it last waited for its turn (fitHeld).
 	waited map[string]time.Time
-	// few is, per fitted offline container, whether fewLaunches last found it launching
-	// few kernels.
-	few map[string]bool
 
 	// Buffers of one period, kept so that a period allocates little.
 	view      stepView
@@ -334,8 +331,8 @@ func (g *Guard) begin(p *policy.Policy, now time.Time) (dt float64) {
 	l := &g.loop
 	if l.allocs == nil {
 		l.allocs, l.lastState = map[string]*alloc.GPU{}, map[string]monitor.State{}
-		l.applied, l.given, l.waited, l.few = map[string]gate{}, map[string]uint32{}, map[string]time.Time{}, map[string]bool{}
-		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}, readAt: map[string]time.Time{}, rate: map[string]float64{}}
+		l.applied, l.given, l.waited = map[string]gate{}, map[string]uint32{}, map[string]time.Time{}
+		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}, readAt: map[string]time.Time{}, rate: map[string]float64{}, few: map[string]bool{}}
 		l.sticky = stickyState{last: map[string]uint32{}, reports: map[string]stickyReport{}, lastAt: map[string]time.Time{}}
 		g.mu.Lock()
 		g.decisions, g.gpus, g.ceilings = map[string]alloc.Decision{}, map[string]*gpuState{}, map[string]api.Ceiling{}

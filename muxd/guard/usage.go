@@ -9,6 +9,7 @@ import (
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/blocks"
 	"github.com/muxflow/muxflow/muxd/evict"
 	"github.com/muxflow/muxflow/policy"
 )
@@ -62,6 +63,9 @@ type trust struct {
 	// (an offline container's, reported again until its next read).
 	readAt map[string]time.Time
 	rate   map[string]float64
+	// few is, per offline container, whether its rate was few launches (fewLaunches)
+	// at its last read; none yet: not.
+	few map[string]bool
 }
 
 // readUsage reads the running containers' usage for this period (dt seconds after the
@@ -128,6 +132,9 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 				continue
 			}
 			r.rates[c.ID], t.rate[c.ID] = rate, rate
+			if c.Class != api.Online {
+				t.few[c.ID] = fewLaunches(rate, t.few[c.ID], blocks.OwnCeiling(c, p))
+			}
 		}
 		delete(t.suspect, c.ID)
 		r.usage[c.ID] = stickyCount{errors: u.StickyErrors, last: u.LastSticky, lastAt: u.LastStickyAt}
@@ -162,13 +169,13 @@ func (g *Guard) forget(live map[string]bool) {
 	forget(t.suspect, live)
 	forget(t.readAt, live)
 	forget(t.rate, live)
+	forget(t.few, live)
 	forget(s.last, live)
 	forget(s.reports, live)
 	forget(s.lastAt, live)
 	forget(g.loop.applied, live)
 	forget(g.loop.given, live)
 	forget(g.loop.waited, live)
-	forget(g.loop.few, live)
 	g.mu.Lock()
 	forget(g.quarantined, live)
 	forget(g.ceilings, live)
