@@ -155,8 +155,10 @@ type Ceiling struct {
 	FitPercent uint32 `json:"fit_percent,omitempty"`
 	// BoundBy names the limit that binds: "own sm-percent", "own sm-percent, many
 	// launches" (it fits, but launches too many kernels for its own ceiling to count in
-	// SM time: guard.FewLaunches), "GPU budget", "paused" or "waiting for its turn"
-	// (alloc.FitHeld's turns: it launches nothing until then).
+	// SM time: guard.FewLaunches), "SM-time cap" (it fits and launches few, but running
+	// more would take more than guard.FitSMTime of the GPU's SM time), "GPU budget",
+	// "paused" or "waiting for its turn" (alloc.FitHeld's turns: it launches nothing
+	// until then).
 	BoundBy string `json:"bound_by"`
 }
 

@@ -226,6 +226,18 @@ func fittedGate(share float64, fitPct uint32, p *policy.Policy) float64 {
 // docs/results.md, *Since 170a721*).
 const FewLaunches = 2000
 
+// FitSMTime is the share of the GPU's SM time up to which a fitted offline container
+// that launches few kernels may have its own ceiling counted in SM time. Beside it, it
+// is a share of GPU time again (never less than its own ceiling as such). Its blocks
+// leave the online kernels their room, but the online kernels' blocks are spread over
+// every SM and slow where they share one with offline blocks (issue slots, L2): a
+// steady service on a quarter of an H100 beside a training job holding 70% of its SMs
+// all of the time ran its kernels 5% slower at the median and its p99 at 1.07–1.15× of
+// alone; held to 70% of the time (49% of the SM time) 1.3% slower and 1.02–1.04×
+// (docs/results.md, *Since …*). Jobs taking turns follow the same rule: the job whose
+// turn it is holds the budget's SMs alone.
+const FitSMTime = 0.5
+
 // fewLaunches says whether an offline container launching rate kernels a second
 // launches few (at most FewLaunches), given what its previous read said (wasFew) and its
 // own ceiling: its rate rises by up to 1 ÷ own once that ceiling no longer bounds it, so
@@ -249,6 +261,8 @@ type ceilingParts struct {
 	waiting  map[string]bool // it waits for its turn to fit (alloc.TurnAt)
 	// manyLaunches: it fits, but its own ceiling bounds its GPU time (fewLaunches)
 	manyLaunches map[string]bool
+	// smTimeCapped: it fits and launches few, but FitSMTime bounds its GPU time
+	smTimeCapped map[string]bool
 	claims       []alloc.Claim
 }
 
@@ -270,7 +284,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 	cp := &g.loop.parts
 	if cp.ceilings == nil {
 		cp.ceilings, cp.mpsPart, cp.fits, cp.fitPct, cp.paused, cp.waiting = map[string]api.Ceiling{}, map[string]float64{}, map[string]bool{}, map[string]uint32{}, map[string]bool{}, map[string]bool{}
-		cp.manyLaunches = map[string]bool{}
+		cp.manyLaunches, cp.smTimeCapped = map[string]bool{}, map[string]bool{}
 	}
 	clear(cp.ceilings)
 	clear(cp.mpsPart)
@@ -279,6 +293,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 	clear(cp.paused)
 	clear(cp.waiting)
 	clear(cp.manyLaunches)
+	clear(cp.smTimeCapped)
 	for i, v := range sv.views {
 		claims := cp.claims[:0]
 		for _, c := range v.offline {
@@ -313,16 +328,18 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// kernels' room and from the other fitted containers' parts: it may
 				// run as often as the GPU's ceiling lets offline work run at all,
 				// counted in SM time under the dynamic allocator (fittedGate), and so
-				// is its own ceiling while it launches few kernels (fewLaunches) and
-				// does not take turns (fit.held: four jobs in turns let run all of
-				// the time cost four-offline-h100's online p99 1.08× against static's
-				// 0.99×, most likely at the handovers, where the queued kernels of
-				// the one whose turn ends run beside the next one's).
+				// is its own ceiling while it launches few kernels (fewLaunches), up
+				// to FitSMTime.
 				own, few := claims[j].Cap, g.loop.trust.few[id]
 				gate[j] = fittedGate(math.Min(decisions[i].Share, own), fit.fitPct[j], p)
-				if gate[j] > own && (!few || fit.held > 0) {
-					gate[j] = own
-					if !few {
+				if gate[j] > own {
+					if few {
+						if capped := FitSMTime * 100 / float64(fit.fitPct[j]); capped < gate[j] {
+							gate[j] = math.Max(own, capped)
+							cp.smTimeCapped[id] = true
+						}
+					} else {
+						gate[j] = own
 						cp.manyLaunches[id] = true
 					}
 				}
@@ -374,6 +391,8 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 			c.BoundBy = "waiting for its turn"
 		case cp.manyLaunches[id]:
 			c.BoundBy = "own sm-percent, many launches"
+		case cp.smTimeCapped[id]:
+			c.BoundBy = "SM-time cap"
 		case c.Own < c.Part:
 			c.BoundBy = "own sm-percent"
 		default:

@@ -389,23 +389,27 @@ func TestFittedGate(t *testing.T) {
 }
 
 // A fitted job that launches few kernels has its own ceiling (sm_max, 70%) counted in SM
-// time: on a fitted 37% it may run all of the time. One that launches many keeps it as a
-// share of GPU time, since its launches would queue the online ones in the GPU's front
-// end; the status says so.
+// time, up to FitSMTime: on a fitted 37% it may run all of the time, on a fitted 70% just
+// over 70% of it. One that launches many keeps it as a share of GPU time, since its
+// launches would queue the online ones in the GPU's front end; the status says which.
 func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
+		fit       uint32 // the MPS percentage its processes hold
+		width     uint32 // the online kernels' width, basis points
 		perStep   uint64 // launches every 100 ms period
 		wantShare float64
 		boundBy   string
 	}{
-		{name: "1,000 launches a second", perStep: 100, wantShare: 1, boundBy: "GPU budget"},
-		{name: "10,000 launches a second", perStep: 1000, wantShare: 0.7, boundBy: "own sm-percent, many launches"},
+		{name: "1,000 launches a second", fit: 37, width: 6250, perStep: 100, wantShare: 1, boundBy: "GPU budget"},
+		{name: "10,000 launches a second", fit: 37, width: 6250, perStep: 1000, wantShare: 0.7, boundBy: "own sm-percent, many launches"},
+		// all of the time on 70% of the SMs would be 70% of the SM time
+		{name: "holding 70% of the SMs", fit: 70, width: 2500, perStep: 100, wantShare: FitSMTime / 0.7, boundBy: "SM-time cap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
-			f.startedAt(t, "train", 37)
-			f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(6250) })
+			f.startedAt(t, "train", tc.fit)
+			f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.OnlineWidth[0] = widthBP(tc.width) })
 			f.mon.set(0, monitor.Healthy, 20)
 			now := time.Now()
 			for i := range 25 { // two usage reads of the offline block, a second apart
@@ -413,8 +417,8 @@ func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 				f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
 			}
 			l := f.blk["train"].Limits()
-			if got := float64(l.ShareBP) / ctlblock.ShareFull; math.Abs(got-tc.wantShare) > 1e-9 || l.Signal.FitPercent != 37 {
-				t.Errorf("launch-gate share %v, fit %d%%; want %v and 37%%", got, l.Signal.FitPercent, tc.wantShare)
+			if got := float64(l.ShareBP) / ctlblock.ShareFull; math.Abs(got-tc.wantShare) > 1e-3 || l.Signal.FitPercent != tc.fit {
+				t.Errorf("launch-gate share %v, fit %d%%; want %.4f and %d%%", got, l.Signal.FitPercent, tc.wantShare, tc.fit)
 			}
 			if ce, _ := f.g.Ceiling("train"); ce.Own != 70 || ce.BoundBy != tc.boundBy {
 				t.Errorf("ceiling %+v, want its own 70%%, bound by %s", ce, tc.boundBy)
@@ -423,9 +427,9 @@ func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 	}
 }
 
-// Jobs that take turns keep their own ceiling in GPU time, however few their launches
-// (four-offline-h100's online p99 rose to 1.08× when they did not).
-func TestTurnsKeepOwnCeilingInGPUTime(t *testing.T) {
+// Jobs that take turns follow the same rule: the one whose turn it is, holding half of
+// the SMs, runs all of the time (half of the SM time, FitSMTime).
+func TestTurnsCountOwnCeilingInSMTime(t *testing.T) {
 	f := holdingHalfEach(t, "first", "second")
 	now := time.Now().Truncate(2 * alloc.FitTurn) // a cycle's start: the first's turn
 	for i := range 25 {
@@ -439,8 +443,8 @@ func TestTurnsKeepOwnCeilingInGPUTime(t *testing.T) {
 			continue // waits for its turn
 		}
 		running++
-		if got := float64(l.ShareBP) / ctlblock.ShareFull; l.Signal.FitPercent != 50 || got != 0.7 {
-			t.Errorf("%s, in its turn: share %v, fit %d%%; want its own 70%% and fit 50%%", id, got, l.Signal.FitPercent)
+		if got := float64(l.ShareBP) / ctlblock.ShareFull; l.Signal.FitPercent != 50 || got != 1 {
+			t.Errorf("%s, in its turn: share %v, fit %d%%; want all of the time and fit 50%%", id, got, l.Signal.FitPercent)
 		}
 		if ce, _ := f.g.Ceiling(id); ce.BoundBy != "GPU budget" {
 			t.Errorf("%s: ceiling %+v, want bound by the GPU budget", id, ce)
