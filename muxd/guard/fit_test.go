@@ -389,8 +389,8 @@ func TestFittedGate(t *testing.T) {
 }
 
 // A fitted job that launches few kernels has its own ceiling (sm_max, 70%) counted in SM
-// time, up to FitSMTime: on a fitted 37% it may run all of the time, on a fitted 70% just
-// over 70% of it. One that launches many keeps it as a share of GPU time, since its
+// time, up to FitSMTime: on a fitted 37% it may run all of the time, on a fitted 50% 80%
+// of it, on a fitted 70% 70% (its own ceiling as a share of GPU time, no less). One that launches many keeps it as a share of GPU time, since its
 // launches would queue the online ones in the GPU's front end; the status says which.
 func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 	for _, tc := range []struct {
@@ -403,8 +403,10 @@ func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 	}{
 		{name: "1,000 launches a second", fit: 37, width: 6250, perStep: 100, wantShare: 1, boundBy: "GPU budget"},
 		{name: "10,000 launches a second", fit: 37, width: 6250, perStep: 1000, wantShare: 0.7, boundBy: "own sm-percent, many launches"},
-		// all of the time on 70% of the SMs would be 70% of the SM time
-		{name: "holding 70% of the SMs", fit: 70, width: 2500, perStep: 100, wantShare: FitSMTime / 0.7, boundBy: "SM-time cap"},
+		// all of the time on 70% of the SMs would be 70% of the SM time; FitSMTime ÷ 0.7
+		// of it is less than its own ceiling as a share of GPU time, which it keeps
+		{name: "holding 70% of the SMs", fit: 70, width: 2500, perStep: 100, wantShare: 0.7, boundBy: "SM-time cap"},
+		{name: "holding 50% of the SMs", fit: 50, width: 5000, perStep: 100, wantShare: FitSMTime / 0.5, boundBy: "SM-time cap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
@@ -428,7 +430,7 @@ func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 }
 
 // Jobs that take turns follow the same rule: the one whose turn it is, holding half of
-// the SMs, runs all of the time (half of the SM time, FitSMTime).
+// the SMs, runs FitSMTime ÷ 0.5 of the time (80%), above its own ceiling in GPU time.
 func TestTurnsCountOwnCeilingInSMTime(t *testing.T) {
 	f := holdingHalfEach(t, "first", "second")
 	now := time.Now().Truncate(2 * alloc.FitTurn) // a cycle's start: the first's turn
@@ -443,11 +445,11 @@ func TestTurnsCountOwnCeilingInSMTime(t *testing.T) {
 			continue // waits for its turn
 		}
 		running++
-		if got := float64(l.ShareBP) / ctlblock.ShareFull; l.Signal.FitPercent != 50 || got != 1 {
-			t.Errorf("%s, in its turn: share %v, fit %d%%; want all of the time and fit 50%%", id, got, l.Signal.FitPercent)
+		if got := float64(l.ShareBP) / ctlblock.ShareFull; l.Signal.FitPercent != 50 || math.Abs(got-FitSMTime/0.5) > 1e-3 {
+			t.Errorf("%s, in its turn: share %v, fit %d%%; want %v and fit 50%%", id, got, l.Signal.FitPercent, FitSMTime/0.5)
 		}
-		if ce, _ := f.g.Ceiling(id); ce.BoundBy != "GPU budget" {
-			t.Errorf("%s: ceiling %+v, want bound by the GPU budget", id, ce)
+		if ce, _ := f.g.Ceiling(id); ce.BoundBy != "SM-time cap" {
+			t.Errorf("%s: ceiling %+v, want bound by the SM-time cap", id, ce)
 		}
 	}
 	if running != 1 {
