@@ -390,8 +390,9 @@ func TestFittedGate(t *testing.T) {
 
 // A fitted job that launches few kernels has its own ceiling (sm_max, 70%) counted in SM
 // time, up to FitSMTime: on a fitted 37% it may run all of the time, on a fitted 50% 80%
-// of it, on a fitted 70% 70% (its own ceiling as a share of GPU time, no less). One that launches many keeps it as a share of GPU time, since its
-// launches would queue the online ones in the GPU's front end; the status says which.
+// of it, on a fitted 70% 70% (its own ceiling as a share of GPU time, no less). One that
+// launches many keeps it as a share of GPU time, since its launches would queue the
+// online ones in the GPU's front end; the status says which.
 func TestFewLaunchesCountOwnCeilingInSMTime(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
