@@ -333,16 +333,14 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 				// to FitSMTime.
 				own, few := claims[j].Cap, g.loop.trust.few[id]
 				gate[j] = fittedGate(math.Min(decisions[i].Share, own), fit.fitPct[j], p)
-				if gate[j] > own {
-					if few {
-						if capped := FitSMTime * 100 / float64(fit.fitPct[j]); capped < gate[j] {
-							gate[j] = math.Max(own, capped)
-							cp.smTimeCapped[id] = true
-						}
-					} else {
-						gate[j] = own
-						cp.manyLaunches[id] = true
-					}
+				switch capped := FitSMTime * 100 / float64(fit.fitPct[j]); {
+				case gate[j] <= own:
+				case !few:
+					gate[j] = own
+					cp.manyLaunches[id] = true
+				case capped < gate[j]:
+					gate[j] = math.Max(own, capped)
+					cp.smTimeCapped[id] = true
 				}
 				parts[j] = decisions[i].Share
 			} else {
