@@ -60,53 +60,67 @@ fail:
 	return -1;
 }
 
+/* write_all writes data at offset 0 of fd. */
+static int write_all(int fd, const char *data, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t w = pwrite(fd, data + done, len - done, (off_t)done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+/* Written in place: nothing reads config.json between containerd writing it
+ * and the runtime this program execs, so a temporary file and a rename
+ * (two directory changes, a fresh inode and its writeback) buy no
+ * atomicity anyone observes. The inode, and so its mode and owner, stay. */
 int config_replace(const struct config_file *cf, const char *data, size_t len,
 		   char *err, size_t errlen)
 {
-	const char *step = "create " CONFIG_TMP_NAME;
-	size_t done = 0;
+	const char *step = "open";
+	struct stat st;
 	int fd, e;
 
-	/* A temporary file left by a crash would make O_EXCL fail forever. */
-	unlinkat(cf->dirfd, CONFIG_TMP_NAME, 0);
-	fd = openat(cf->dirfd, CONFIG_TMP_NAME, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-		    cf->mode);
+	fd = openat(cf->dirfd, CONFIG_NAME, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		e = errno;
 		goto fail;
 	}
-	/* openat's mode went through the umask; the runtime must see the
-	 * same permissions as before. */
-	step = "set the mode of " CONFIG_TMP_NAME;
-	if (fchmod(fd, cf->mode) != 0)
-		goto failfd;
-	step = "write " CONFIG_TMP_NAME;
-	while (done < len) {
-		ssize_t w = write(fd, data + done, len - done);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			goto failfd;
-		done += (size_t)w;
-	}
-	step = "close " CONFIG_TMP_NAME;
-	if (close(fd) != 0) {
+	step = "check";
+	if (fstat(fd, &st) != 0) {
 		e = errno;
-		fd = -1;
-		goto fail;
+		goto failfd;
 	}
-	fd = -1;
-	step = "rename " CONFIG_TMP_NAME " to " CONFIG_NAME;
-	if (renameat(cf->dirfd, CONFIG_TMP_NAME, cf->dirfd, CONFIG_NAME) != 0) {
+	if (!S_ISREG(st.st_mode)) {
+		e = EINVAL;
+		goto failfd;
+	}
+	step = "write";
+	if (write_all(fd, data, len) != 0 || ftruncate(fd, (off_t)len) != 0) {
+		e = errno;
+		/* Put back what was read, so that a failure leaves config.json
+		 * as it was: its blocks are allocated already. */
+		if (cf->data && write_all(fd, cf->data, cf->len) == 0 &&
+		    ftruncate(fd, (off_t)cf->len) != 0) {
+			/* Nothing more can be done; the error reported is the first. */
+		}
+		goto failfd;
+	}
+	step = "close";
+	if (close(fd) != 0) {
 		e = errno;
 		goto fail;
 	}
 	return 0;
 failfd:
-	e = errno;
 	close(fd);
 fail:
-	unlinkat(cf->dirfd, CONFIG_TMP_NAME, 0);
 	snprintf(err, errlen, "cannot replace the bundle's config.json: %s: %s", step, strerror(e));
 	return -1;
 }

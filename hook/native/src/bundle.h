@@ -6,7 +6,6 @@
 #include <sys/types.h>
 
 #define CONFIG_NAME "config.json"
-#define CONFIG_TMP_NAME "config.json.muxflow-tmp"
 #define CONFIG_MAX_SIZE (16 << 20)
 
 struct config_file {
@@ -22,9 +21,9 @@ struct config_file {
  * with nothing held. */
 int config_open(const char *bundle, struct config_file *cf);
 
-/* config_replace swaps config.json for data atomically (temporary file,
- * then rename), with the original's mode. 0, or -1 with a sentence in err
- * and config.json unchanged. */
+/* config_replace rewrites config.json with data, in place (same inode,
+ * mode and owner); a symlink in its place is not written through. 0, or
+ * -1 with a sentence in err and config.json as config_open read it. */
 int config_replace(const struct config_file *cf, const char *data, size_t len,
 		   char *err, size_t errlen);
 

@@ -298,20 +298,28 @@ static void test_bundle(void)
 	CHECK(data && len == 8 && memcmp(data, "{\"b\":2}\n", 8) == 0, "replaced content");
 	CHECK(stat(cfgp, &st) == 0 && (st.st_mode & 07777) == 0604, "mode kept: %o", st.st_mode & 07777);
 	free(data);
-	char tmpp[4200];
-	snprintf(tmpp, sizeof tmpp, "%s/" CONFIG_TMP_NAME, b);
-	CHECK(access(tmpp, F_OK) != 0, "temporary file left");
-	/* A stale temporary file is replaced. */
-	write_file(tmpp, "stale", 5, 0600);
-	CHECK(config_replace(&cf, "{}", 2, err, sizeof err) == 0, "stale temp: %s", err);
-	/* A failure leaves config.json as it was and says which step. */
-	mkdir(tmpp, 0700);
-	CHECK(config_replace(&cf, "{\"c\":3}", 7, err, sizeof err) != 0 && strstr(err, CONFIG_TMP_NAME),
-	      "replace must fail: %s", err);
+	/* In place: the same inode, cut to the new length when it is shorter. */
+	struct stat before;
+	CHECK(stat(cfgp, &before) == 0, "stat");
+	CHECK(config_replace(&cf, "{}", 2, err, sizeof err) == 0, "shorter: %s", err);
 	data = read_all(cfgp, &len);
-	CHECK(data && len == 2 && memcmp(data, "{}", 2) == 0, "config.json changed by a failed replace");
+	CHECK(data && len == 2 && memcmp(data, "{}", 2) == 0, "shorter content: %zu bytes", len);
 	free(data);
-	rmdir(tmpp);
+	CHECK(stat(cfgp, &st) == 0 && st.st_ino == before.st_ino, "config.json was replaced, not rewritten");
+	/* A config.json swapped for a symlink is not written through, and
+	 * what it points at stays as it was. */
+	char outside[4200];
+	snprintf(outside, sizeof outside, "%s", tpath("replace-outside.json"));
+	write_file(outside, "{}", 2, 0644);
+	unlink(cfgp);
+	CHECK(symlink(outside, cfgp) == 0, "symlink");
+	CHECK(config_replace(&cf, "{\"c\":3}", 7, err, sizeof err) != 0 && strstr(err, "open"),
+	      "replace through a symlink must fail: %s", err);
+	data = read_all(outside, &len);
+	CHECK(data && len == 2 && memcmp(data, "{}", 2) == 0, "a symlink's target was written");
+	free(data);
+	unlink(cfgp);
+	write_file(cfgp, "{}", 2, 0604);
 	config_close(&cf);
 
 	/* What must not be read: a symlink, a FIFO, a directory, an oversized
