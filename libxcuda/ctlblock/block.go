@@ -14,11 +14,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // FailPolicy says what libxcuda does when it cannot use its block.
@@ -220,14 +223,23 @@ func Create(dir string, l Limits) (*Block, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create control block directory: %w", err)
 	}
-	if err := writeNew(filepath.Join(dir, LimitsFile), newLimitsBytes(l), 0o644); err != nil {
+	lf, err := createFile(filepath.Join(dir, LimitsFile), newLimitsBytes(l), 0o644)
+	if err != nil {
 		return nil, err
 	}
-	if err := writeNew(filepath.Join(dir, UsageFile), newUsageBytes(), 0o600); err != nil {
+	defer lf.Close()
+	uf, err := createFile(filepath.Join(dir, UsageFile), newUsageBytes(), 0o600)
+	if err != nil {
 		os.Remove(filepath.Join(dir, LimitsFile))
 		return nil, err
 	}
-	return Open(dir)
+	b, err := mapLimits(dir, lf)
+	if err != nil {
+		uf.Close()
+		return nil, err
+	}
+	b.keepUsage(uf)
+	return b, nil
 }
 
 func newLimitsBytes(l Limits) []byte {
@@ -345,13 +357,30 @@ func identityOf(f *os.File) (dev, ino uint64) {
 // valid one; the usage file's content is checked by each Snapshot, not here, so that a
 // container that broke its own usage file is still found (and evicted) by muxd.
 func Open(dir string) (*Block, error) {
-	b := &Block{dir: dir}
 	lf, err := openRegular(filepath.Join(dir, LimitsFile), os.O_RDWR)
 	if err != nil {
 		return nil, err
 	}
 	defer lf.Close()
+	b, err := mapLimits(dir, lf)
+	if err != nil {
+		return nil, err
+	}
+	uf, err := openRegular(filepath.Join(dir, UsageFile), os.O_RDONLY)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.keepUsage(uf)
+	return b, nil
+}
+
+// mapLimits maps the limits file lf (open read-write; the caller closes it) into a new
+// block for dir.
+func mapLimits(dir string, lf *os.File) (*Block, error) {
+	b := &Block{dir: dir}
 	b.ident.LimitsDev, b.ident.LimitsIno = identityOf(lf)
+	var err error
 	if b.limMem, err = mapFile(lf, int(unsafe.Sizeof(rawLimits{}))); err != nil {
 		return nil, err
 	}
@@ -360,12 +389,13 @@ func Open(dir string) (*Block, error) {
 		b.Close()
 		return nil, fmt.Errorf("open control block %s: limits file has magic %#x version %d: %w", dir, h.Magic, h.Version, ErrInvalid)
 	}
-	if b.usage, err = openRegular(filepath.Join(dir, UsageFile), os.O_RDONLY); err != nil {
-		b.Close()
-		return nil, err
-	}
-	b.ident.UsageDev, b.ident.UsageIno = identityOf(b.usage)
 	return b, nil
+}
+
+// keepUsage keeps the usage file open for reads.
+func (b *Block) keepUsage(uf *os.File) {
+	b.usage = uf
+	b.ident.UsageDev, b.ident.UsageIno = identityOf(uf)
 }
 
 // Close unmaps the block; the files stay (Remove deletes them).
@@ -581,6 +611,43 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("install control block file %s: %w", path, err)
 	}
 	return nil
+}
+
+// createFile makes path with data and mode, whole or not at all, and returns it open
+// read-write: an unnamed file (O_TMPFILE) written, then linked under its name, which
+// fails if the name exists. That is writeNew's temporary file and rename without the
+// name, the rename and the second open; where the file system has no O_TMPFILE it is
+// writeNew and an open.
+func createFile(path string, data []byte, mode os.FileMode) (*os.File, error) {
+	fd, err := unix.Open(filepath.Dir(path), unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, uint32(mode.Perm()))
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) {
+		if err := writeNew(path, data, mode); err != nil {
+			return nil, err
+		}
+		return openRegular(path, os.O_RDWR)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create control block file %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	fail := func(what string, err error) (*os.File, error) {
+		f.Close()
+		return nil, fmt.Errorf("%s control block file %s: %w", what, path, err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		return fail("write", err)
+	}
+	// The open's mode went through the umask.
+	if err := f.Chmod(mode); err != nil {
+		return fail("chmod", err)
+	}
+	if err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			err = errors.New("already exists")
+		}
+		return fail("install", err)
+	}
+	return f, nil
 }
 
 func mapFile(f *os.File, size int) ([]byte, error) {

@@ -91,6 +91,18 @@ func TestCreateSetReadRoundTrip(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("usage file mode %v, want 0600 (writable by its owner only)", fi.Mode().Perm())
 	}
+	// Nothing but the two files: no temporary file left behind.
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if diff := cmp.Diff([]string{LimitsFile, UsageFile}, names); diff != "" {
+		t.Errorf("control directory after Create (-want +got):\n%s", diff)
+	}
 }
 
 func TestUsageSnapshot(t *testing.T) {

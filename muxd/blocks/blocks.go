@@ -33,6 +33,11 @@ type Manager struct {
 
 	mu     sync.Mutex
 	blocks map[string]*ctlblock.Block
+
+	// page is the node's GPU signal page, mapped once and kept: opening and mapping it
+	// for every registration and removal cost a TLB shootdown each on the start path.
+	pageMu sync.Mutex
+	page   *ctlblock.SignalPage
 }
 
 // NewManager prepares <runDir>/c.

@@ -37,7 +37,13 @@ func (m *Manager) EnsureSignalPage() error {
 	if err != nil {
 		return err
 	}
-	return s.Close()
+	m.pageMu.Lock()
+	defer m.pageMu.Unlock()
+	if m.page != nil {
+		m.page.Close()
+	}
+	m.page = s
+	return nil
 }
 
 // Signal is a container's part in online-aware gating: its role by class, the signal
@@ -127,11 +133,10 @@ func (m *Manager) clearOnlineSlots(s ctlblock.Signal) {
 	if s.Role != ctlblock.SignalPublish || s.GPUs == 0 {
 		return
 	}
-	page, err := m.openSignalPage()
-	if err != nil {
+	page := m.signalPage()
+	if page == nil {
 		return
 	}
-	defer page.Close()
 	for i := range ctlblock.SignalSlots {
 		if s.GPUs&(1<<uint(i)) != 0 {
 			page.SetOnline(i, 0)
@@ -154,20 +159,26 @@ func (m *Manager) countFollowers() {
 			}
 		}
 	}
-	page, err := m.openSignalPage()
-	if err != nil {
-		return
+	if page := m.signalPage(); page != nil {
+		page.SetFollowers(counts)
 	}
-	defer page.Close()
-	page.SetFollowers(counts)
 }
 
-// openSignalPage opens the node's signal page if EnsureSignalPage made it (muxd without
-// online-aware gating has none, and none is created here).
-func (m *Manager) openSignalPage() (*ctlblock.SignalPage, error) {
-	path := ctlblock.SignalPagePath(filepath.Dir(m.root))
-	if _, err := os.Lstat(path); err != nil {
-		return nil, err
+// signalPage is the node's signal page, mapped on first use if EnsureSignalPage made it
+// (muxd without online-aware gating has none, and none is created here); nil without one.
+func (m *Manager) signalPage() *ctlblock.SignalPage {
+	m.pageMu.Lock()
+	defer m.pageMu.Unlock()
+	if m.page == nil {
+		path := ctlblock.SignalPagePath(filepath.Dir(m.root))
+		if _, err := os.Lstat(path); err != nil {
+			return nil
+		}
+		page, err := ctlblock.OpenSignalPage(path, 0o666)
+		if err != nil {
+			return nil
+		}
+		m.page = page
 	}
-	return ctlblock.OpenSignalPage(path, 0o666)
+	return m.page
 }
