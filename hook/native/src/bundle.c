@@ -32,7 +32,6 @@ int config_open(const char *bundle, struct config_file *cf)
 		goto fail;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > CONFIG_MAX_SIZE)
 		goto fail;
-	cf->mode = st.st_mode & 07777;
 	/* One byte more than fstat promised: reading it means the file grew
 	 * while being read, and the bytes cannot be trusted to be one spec. */
 	cap = (size_t)st.st_size + 1;

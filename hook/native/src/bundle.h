@@ -3,7 +3,6 @@
 #define MUXFLOW_BUNDLE_H
 
 #include <stddef.h>
-#include <sys/types.h>
 
 #define CONFIG_NAME "config.json"
 #define CONFIG_MAX_SIZE (16 << 20)
@@ -13,7 +12,6 @@ struct config_file {
 	char *data; /* config.json's bytes (NUL-terminated), in static storage
 		     * that the next config_open reuses */
 	size_t len;
-	mode_t mode; /* permission bits, kept by config_replace */
 };
 
 /* config_open reads <bundle>/config.json: it must be a regular file in the
