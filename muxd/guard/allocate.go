@@ -228,8 +228,8 @@ const FewLaunches = 2000
 
 // FitSMTime is the most of the GPU's SM time that counting a fitted offline container's
 // own ceiling in SM time (it launches few kernels) may give it, and never less than its
-// own ceiling as a share of GPU time: one holding 37.5% of the SMs runs all of the time,
-// one holding 50% 80% of it, one holding 70% 70% of it. Its blocks leave the online
+// own ceiling as a share of GPU time: a job holding 37.5% of the SMs runs all of the
+// time, one holding 50% of them runs 80% of the time, one holding 70% runs 70%. Its blocks leave the online
 // kernels their room, but the online kernels' blocks are spread over every SM and slow
 // where they share one with offline blocks (issue slots, L2): beside a training job
 // holding 70% of an H100's SMs all of the time, a steady service on a quarter of them
