@@ -212,6 +212,10 @@ type Hold struct {
 	// launch that would still run when the next one is due waits for it (within the
 	// same budget).
 	Ahead bool `toml:"ahead"`
+	// Linger: an offline process whose kernels would take SMs the online kernels need
+	// keeps holding for this long after online work on its GPU ends, so that an online
+	// service with requests queued starts the next one first. 0: off.
+	Linger Duration `toml:"linger"`
 }
 
 // Validate checks every value's range and the relations between values. Errors name the
@@ -365,6 +369,9 @@ func (p *Policy) Validate() error {
 	}
 	if q := p.Hold.Queue.D(); q < 1e3 || q > 100e6 {
 		add("hold.queue", "must be between 1us and 100ms, got %v", q)
+	}
+	if l := p.Hold.Linger.D(); l != 0 && (l < 1e3 || l > 10e6) {
+		add("hold.linger", "must be 0 (off) or between 1us and 10ms, got %v", l)
 	}
 	if len(errs) == 0 {
 		return nil

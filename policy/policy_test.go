@@ -66,6 +66,8 @@ func TestParseErrors(t *testing.T) {
 		{"unclean path", "[node]\nsocket = \"/run/../etc/x\"\n", []string{"node.socket", "clean absolute"}},
 		{"enum", "[alloc]\nmode = \"greedy\"\n", []string{"line 2", "alloc.mode", `"greedy"`}},
 		{"range: hold queue", "[hold]\nqueue = \"0s\"\n", []string{"line 2", "hold.queue", "between 1us and 100ms"}},
+		{"range: hold linger", "[hold]\nlinger = \"20ms\"\n", []string{"line 2", "hold.linger", "0 (off) or between 1us and 10ms"}},
+		{"range: hold linger under 1us", "[hold]\nlinger = \"500ns\"\n", []string{"line 2", "hold.linger", "0 (off) or between 1us and 10ms"}},
 		{"type: hold ahead", "[hold]\nahead = \"yes\"\n", []string{"line 2", "hold.ahead"}},
 		{"range: fit_min", "[alloc]\nfit_min = \"0%\"\n", []string{"line 2", "alloc.fit_min", "between 1% and 100%"}},
 		{"type: fit", "[alloc]\nfit = \"yes\"\n", []string{"line 2", "alloc.fit"}},

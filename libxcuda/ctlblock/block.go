@@ -90,6 +90,11 @@ type Signal struct {
 	// bounded for them (it still holds new ones while online work is in flight; 0: none
 	// fits). Re-read every 32nd launch.
 	FitPercent uint32
+	// Linger: an offline process that does not leave the online kernels room keeps
+	// holding for this long after online work on its GPUs ends, so that an online
+	// service with requests queued starts the next one first (0 = default 500us,
+	// NoLinger: off, at most LingerMax).
+	Linger time.Duration
 }
 
 // Unlimited returns limits that let everything through.
@@ -122,6 +127,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("hold share %d basis points is above %d", l.Signal.HoldMaxBP, HoldMaxBPCap)
 	case l.Signal.Queue < 0 || l.Signal.Queue > QueueMax:
 		return fmt.Errorf("hold queue %v is outside 0..%v", l.Signal.Queue, QueueMax)
+	case l.Signal.Linger < 0 || l.Signal.Linger > LingerMax:
+		return fmt.Errorf("hold linger %v is outside 0..%v", l.Signal.Linger, LingerMax)
 	case l.Signal.Ahead > AheadOff:
 		return fmt.Errorf("unknown hold-ahead setting %d", l.Signal.Ahead)
 	case l.Signal.FitPercent > 100:
@@ -525,6 +532,7 @@ func fillLimits(r *rawLimits, l Limits) {
 	r.QueueNS = uint64(l.Signal.Queue)
 	r.HoldAhead = uint32(l.Signal.Ahead)
 	r.OnlineFitPct = l.Signal.FitPercent
+	r.HoldLingerNS = uint64(l.Signal.Linger)
 	for d := range MaxDevices {
 		r.MemLimit[d] = at(l.MemoryBytes, d)
 		r.MPSPinnedLimit[d] = at(l.MPSPinnedMemBytes, d)
@@ -549,6 +557,7 @@ func storeLimits(r *rawLimits, l Limits) {
 	atomic.StoreUint64(&r.QueueNS, n.QueueNS)
 	atomic.StoreUint32(&r.HoldAhead, n.HoldAhead)
 	atomic.StoreUint32(&r.OnlineFitPct, n.OnlineFitPct)
+	atomic.StoreUint64(&r.HoldLingerNS, n.HoldLingerNS)
 	for d := range MaxDevices {
 		atomic.StoreUint64(&r.MemLimit[d], n.MemLimit[d])
 		atomic.StoreUint64(&r.MPSPinnedLimit[d], n.MPSPinnedLimit[d])
@@ -574,6 +583,7 @@ func loadLimits(r *rawLimits) Limits {
 			Queue:      time.Duration(atomic.LoadUint64(&r.QueueNS)),
 			Ahead:      HoldAhead(atomic.LoadUint32(&r.HoldAhead)),
 			FitPercent: atomic.LoadUint32(&r.OnlineFitPct),
+			Linger:     time.Duration(atomic.LoadUint64(&r.HoldLingerNS)),
 		},
 	}
 	for d := range MaxDevices {

@@ -9,7 +9,7 @@ import "time"
 
 // Sizes and limits shared with the C header.
 const (
-	Version            = 6
+	Version            = 7
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -65,6 +65,13 @@ const (
 	// may write.
 	DefaultQueue = 300 * time.Microsecond
 	QueueMax     = 100 * time.Millisecond
+	// DefaultLinger is how long an offline process that does not leave the online
+	// kernels room keeps holding after online work on its GPU ends (a 0 in the limits
+	// page); NoLinger turns it off (libxcuda reads anything under 1us so); LingerMax
+	// bounds what muxd may write.
+	DefaultLinger = 500 * time.Microsecond
+	NoLinger      = time.Nanosecond
+	LingerMax     = 10 * time.Millisecond
 )
 
 // HoldAhead says whether an offline process holds a launch that would still run when
@@ -106,7 +113,8 @@ type rawLimits struct {
 	QueueNS            uint64             `c:"queue_ns"`
 	HoldAhead          uint32             `c:"hold_ahead"`
 	OnlineFitPct       uint32             `c:"online_fit_pct"`
-	Reserved           [10]uint64         `c:"reserved"`
+	HoldLingerNS       uint64             `c:"hold_linger_ns"`
+	Reserved           [9]uint64          `c:"reserved"`
 }
 
 type rawProc struct {
@@ -147,7 +155,8 @@ type rawSignalSlot struct {
 	OnlineNS  uint64    `c:"online_ns"`
 	IdleSeq   uint32    `c:"idle_seq"`
 	Followers uint32    `c:"followers"`
-	Reserved  [6]uint64 `c:"reserved"`
+	IdleNS    uint64    `c:"idle_ns"`
+	Reserved  [5]uint64 `c:"reserved"`
 }
 
 type rawSignal struct {

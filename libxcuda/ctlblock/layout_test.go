@@ -140,6 +140,8 @@ func TestConstantsMatchHeader(t *testing.T) {
 		fmt.Sprintf("#define XCUDA_AHEAD_DEFAULT %du", AheadDefault),
 		fmt.Sprintf("#define XCUDA_AHEAD_ON %du", AheadOn),
 		fmt.Sprintf("#define XCUDA_AHEAD_OFF %du", AheadOff),
+		fmt.Sprintf("#define XCUDA_DEFAULT_LINGER_NS %dull", DefaultLinger.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_LINGER_MAX_NS %dull", LingerMax.Nanoseconds()),
 	} {
 		if !strings.Contains(string(hdr), want) {
 			t.Errorf("xcuda_ctl.h lacks %q", want)

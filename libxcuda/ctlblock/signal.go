@@ -114,6 +114,22 @@ func (s *SignalPage) SetOnline(i int, v uint64) error {
 	return nil
 }
 
+// SetIdleAt stores in slot i when online work there last ended (CLOCK_MONOTONIC ns), as
+// an online process's libxcuda does before it clears the slot; followers linger after it
+// (tests: muxd never stores it).
+func (s *SignalPage) SetIdleAt(i int, ns uint64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.sig == nil {
+		return ErrClosed
+	}
+	if i < 0 || i >= SignalSlots {
+		return fmt.Errorf("signal slot %d is outside 0..%d", i, SignalSlots-1)
+	}
+	atomic.StoreUint64(&s.sig.Slot[i].IdleNS, ns)
+	return nil
+}
+
 // SetFollowers stores in each slot how many offline containers follow its GPU
 // (counts[i] for slot i; slots past the slice get 0). An online process wakes the
 // holders of a slot it clears only while its count is not 0.

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 6u
+#define XCUDA_CTL_VERSION 7u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -84,6 +84,13 @@
 #define XCUDA_WIDTH_BP_MASK 0xffffu   /* online_width: low 16 bits, basis points */
 #define XCUDA_WIDTH_EPOCH_SHIFT 16u    /* high 16 bits: CLOCK_MONOTONIC / WIDTH_EPOCH_NS */
 #define XCUDA_WIDTH_EPOCH_NS 8000000000ull /* 8 s: the widest launch of each epoch */
+/* Version 7: an offline process that does not leave the online kernels room keeps
+ * holding for hold_linger_ns after an online process of its GPU last synchronised
+ * (slot idle_ns), so that an online service with requests queued starts the next one
+ * before an offline kernel takes the SMs it needs. 0 = default; any value under 1 us:
+ * no linger. */
+#define XCUDA_DEFAULT_LINGER_NS 500000ull /* 500 us */
+#define XCUDA_LINGER_MAX_NS 10000000ull   /* 10 ms */
 
 typedef struct xcuda_header {
     uint64_t magic;   /* XCUDA_LIMITS_MAGIC or XCUDA_USAGE_MAGIC */
@@ -118,7 +125,9 @@ typedef struct xcuda_limits {
      * most this leaves room for the online kernels of its GPUs and need not bound its
      * outstanding work for them (0: none does). Re-read every 32nd launch. */
     uint32_t online_fit_pct;
-    uint64_t reserved[10];
+    /* Version 7: see XCUDA_DEFAULT_LINGER_NS. Re-read on every hold. */
+    uint64_t hold_linger_ns;
+    uint64_t reserved[9];
 } xcuda_limits;
 
 /* One slot per live process of the container, claimed with a CAS on pid. */
@@ -198,12 +207,18 @@ typedef struct xcuda_usage {
  * with a timeout bounded by its hold budget, the hold window and 1 ms, so a publisher
  * that never wakes (an older libxcuda, a killed or hostile process) costs what polling
  * cost before. muxd keeps followers at the number of offline containers following the
- * GPU, so that an online service alone on its GPU makes no system call for it. */
+ * GPU, so that an online service alone on its GPU makes no system call for it.
+ *
+ * Version 7: an online process that clears online_ns while followers is not 0 first
+ * stores the time of the clear in idle_ns; followers that do not leave the online
+ * kernels room keep holding for their limits' hold_linger_ns after it (an online
+ * service with queued requests starts the next one within that time). */
 typedef struct xcuda_signal_slot {
     uint64_t online_ns;   /* see above; 0 = idle */
     uint32_t idle_seq;    /* version 6: bumped after every clear of online_ns */
     uint32_t followers;   /* version 6: offline containers following this GPU (muxd) */
-    uint64_t reserved[6]; /* one 64-byte line per GPU */
+    uint64_t idle_ns;     /* version 7: CLOCK_MONOTONIC ns of the last clear (see below) */
+    uint64_t reserved[5]; /* one 64-byte line per GPU */
 } xcuda_signal_slot;
 
 typedef struct xcuda_signal {

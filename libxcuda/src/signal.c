@@ -160,11 +160,19 @@ void xc_signal_idle(void)
 {
     if (!xc_sig.pub)
         return;
+    uint64_t now = 0;
     for (unsigned i = 0; i < xc_sig.n; i++)
         if (XC_LOAD(xc_sig.w[i]) != 0) {
-            XC_STORE(xc_sig.w[i], 0);
-            if (XC_LOAD(&slot_at(i)->followers) == 0)
+            if (XC_LOAD(&slot_at(i)->followers) == 0) {
+                XC_STORE(xc_sig.w[i], 0);
                 continue; /* no offline container follows this GPU: nobody waits */
+            }
+            /* The time of the clear before the clear: a follower that sees the 0 sees
+             * when it came (linger). */
+            if (now == 0)
+                now = xc_now_mono_ns();
+            XC_STORE(&slot_at(i)->idle_ns, now);
+            __atomic_store_n(xc_sig.w[i], 0, __ATOMIC_RELEASE);
             /* After the clear: a follower that sees the new sequence sees the 0. */
             __atomic_add_fetch(&slot_at(i)->idle_seq, 1, __ATOMIC_SEQ_CST);
             syscall(SYS_futex, &slot_at(i)->idle_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -212,6 +220,8 @@ static uint64_t ahead_prev;   /* the slot value last seen (0: idle) */
 /* The prediction, refreshed when a start is recorded: period, jitter, last start
  * (0: no regular pace). */
 static uint64_t ahead_period, ahead_jitter, ahead_last, ahead_phase;
+/* The mean time between the recorded starts (0: fewer than two seen), for the linger. */
+static uint64_t ahead_gap;
 
 static void u64_sort(uint64_t *a, unsigned n)
 {
@@ -294,6 +304,10 @@ static void ahead_observe(uint64_t v, uint64_t now)
         ahead_starts[ahead_n % AHEAD_N] = v;
         ahead_n++;
         ahead_last = v;
+        unsigned n = ahead_n < AHEAD_N ? ahead_n : AHEAD_N;
+        uint64_t first = ahead_starts[(ahead_n - n) % AHEAD_N];
+        if (n >= 2 && v > first)
+            XC_STORE(&ahead_gap, (v - first) / (n - 1));
         ahead_fit();
     }
     ahead_prev = v;
@@ -325,6 +339,48 @@ static int ahead_on(void)
     return XC_LOAD(&xc.lim->hold_ahead) != XCUDA_AHEAD_OFF;
 }
 
+/* ---- linger: the gap between two online requests ----
+ *
+ * An online service with more requests queued starts the next one as soon as its
+ * synchronisation returns, some microseconds later. A held offline launch woken by that
+ * synchronisation would go first, and the next request would wait for its blocks (MPS
+ * preempts nothing): on every request of a busy period. So a follower that does not
+ * leave the online kernels room keeps holding for the linger after the last clear of
+ * its slots (idle_ns), within the same budget: a queued request starts in that time and
+ * is held for as any other; a service that has nothing queued costs the follower one
+ * linger per request, so the linger is at most 1/LINGER_GAP_DIV of the mean time between
+ * the requests seen to start (a fast service's requests are short, and so is the gap
+ * its host leaves between two). A clear time in the future is stale (the page is
+ * untrusted). */
+#define LINGER_GAP_DIV 20u
+
+static uint64_t linger_ns(void)
+{
+    uint64_t v = XC_LOAD(&xc.lim->hold_linger_ns);
+    if (v == 0)
+        v = XCUDA_DEFAULT_LINGER_NS;
+    else if (v < 1000)
+        return 0;
+    else if (v > XCUDA_LINGER_MAX_NS)
+        v = XCUDA_LINGER_MAX_NS;
+    uint64_t gap = XC_LOAD(&ahead_gap);
+    if (gap != 0 && v > gap / LINGER_GAP_DIV)
+        v = gap / LINGER_GAP_DIV;
+    return v;
+}
+
+/* Until when a launch now lingers after the latest clear of a slot (0: it need not). */
+static uint64_t linger_until(uint64_t now, uint64_t linger)
+{
+    uint64_t until = 0;
+    for (unsigned i = 0; linger != 0 && i < xc_sig.n; i++) {
+        uint64_t t = XC_LOAD(&slot_at(i)->idle_ns);
+        if (t != 0 && t <= now && now - t < linger && t + linger > until)
+            until = t + linger;
+    }
+    return until;
+}
+
 /* The largest busy slot value (0: all idle or stale); *slot says whose. */
 static uint64_t busy_value(uint64_t now, uint64_t window, unsigned *slot)
 {
@@ -346,14 +402,17 @@ static void hold(void)
                                 XCUDA_HOLD_WINDOW_MAX_NS);
     uint64_t now = xc_now_mono_ns();
     int ahead = ahead_on();
+    int fit = atomic_load_explicit(&fitted, memory_order_relaxed);
+    uint64_t linger = fit ? 0 : linger_ns();
     unsigned slot = 0;
     uint64_t v = busy_value(now, window, &slot);
     ahead_observe(v, now);
     if (v != 0) {
         XC_STORE(&online_seen, now);
-        if (!atomic_load_explicit(&fitted, memory_order_relaxed))
+        if (!fit)
             follow_slow(1);
-    } else if (!ahead || ahead_until(now, xc_gate_launch_est_ns()) == 0) {
+    } else if (linger_until(now, linger) == 0 &&
+               (!ahead || ahead_until(now, xc_gate_launch_est_ns()) == 0)) {
         return;
     }
     uint64_t period = clamp_u64(XC_LOAD(&l->hold_period_ns), XCUDA_DEFAULT_HOLD_PERIOD_NS,
@@ -385,10 +444,18 @@ static void hold(void)
                 w = v + window - now; /* the slot goes stale then */
             wait_idle(slot, seq[slot], w);
         } else {
+            /* No online work in flight: wait while lingering after the last request,
+             * or ahead of the next predicted one; the start of either wakes nobody,
+             * so look again every 50 us. */
             uint64_t until = ahead ? ahead_until(now, xc_gate_launch_est_ns()) : 0;
-            if (until == 0 || now >= until)
+            early = until > now;
+            uint64_t lg = linger_until(now, linger);
+            if (lg > until)
+                until = lg;
+            if (until <= now)
                 break;
-            early = 1;
+            if (until - now < w)
+                w = until - now;
             xc_sleep_ns(w < HOLD_AHEAD_POLL_NS ? w : HOLD_AHEAD_POLL_NS);
         }
         uint64_t t = xc_now_mono_ns();
@@ -461,7 +528,8 @@ void xc_signal_launch(void)
             publish();
     } else {
         follow_fitted();
-        if (!all_quiet() || XC_LOAD(&ahead_period) != 0)
+        if (!all_quiet() || XC_LOAD(&ahead_period) != 0 ||
+            (!xc_signal_fitted() && linger_until(xc_now_mono_ns(), linger_ns()) != 0))
             hold();
         else if (XC_LOAD(&ahead_prev) != 0)
             XC_STORE(&ahead_prev, 0); /* idle seen: the next busy value is a new request */

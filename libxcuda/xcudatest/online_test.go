@@ -237,7 +237,8 @@ func TestHoldSleepsUntilTheClear(t *testing.T) {
 			// Hold-ahead off: it would learn the requests' pace and hold before each.
 			// Empty kernels: the stub driver never blocks the loop, so its sleeps are
 			// its holds'.
-			off := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, Ahead: ctlblock.AheadOff})
+			// No linger either: the hold is to end with the clear.
+			off := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, Ahead: ctlblock.AheadOff, Linger: ctlblock.NoLinger})
 			ch, wait := runLoop(t, off, 0, 2.0, "kernel")
 			var p1, p2 progress
 			time.Sleep(300 * time.Millisecond)
@@ -286,6 +287,65 @@ func TestHoldSleepsUntilTheClear(t *testing.T) {
 			}
 			if sleeps > 8 {
 				t.Errorf("offline slept %.1f times per 1.5 ms request: it polls instead of waiting for the clear", sleeps)
+			}
+		})
+	}
+}
+
+// TestHoldLingersAfterTheClear: a follower whose kernels would take the SMs the online
+// kernels need keeps holding for its linger after online work ends (an online service
+// with requests queued starts the next one within it), for at most a twentieth of the
+// mean time between the requests it saw start; with the linger off, an idle time in the
+// future (the page is the online containers' to write) or none, it holds for the work
+// alone. The online side is the Go page, publishing 1 ms requests as libxcuda does.
+func TestHoldLingersAfterTheClear(t *testing.T) {
+	const busy = time.Millisecond
+	now := func() uint64 { return monoNS() }
+	for _, tc := range []struct {
+		name   string
+		linger time.Duration
+		gap    time.Duration // idle between two requests
+		idleAt func() uint64 // what the online side publishes as the end of its work
+		want   time.Duration // hold past the work, per request
+	}{
+		{"2ms linger", 2 * time.Millisecond, 40 * time.Millisecond, now, 2 * time.Millisecond},
+		{"a twentieth of the time between requests", 2 * time.Millisecond, 9 * time.Millisecond, now, 500 * time.Microsecond},
+		{"off", ctlblock.NoLinger, 40 * time.Millisecond, now, 0},
+		{"idle time in the future", 2 * time.Millisecond, 40 * time.Millisecond, func() uint64 { return monoNS() + uint64(time.Hour) }, 0},
+		{"no idle time", 2 * time.Millisecond, 40 * time.Millisecond, func() uint64 { return 0 }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			page := signalPage(t)
+			page.SetFollowers([]uint32{1})
+			off := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, Ahead: ctlblock.AheadOff, Linger: tc.linger})
+			ch, wait := runLoop(t, off, 0, 2.0, "kernel")
+			var p1 progress
+			time.Sleep(300 * time.Millisecond)
+			drain(ch, &p1)
+			s1 := sampleHeld(off)
+			var worked time.Duration
+			requests := 0
+			for end := time.Now().Add(time.Second); time.Now().Before(end); requests++ {
+				start := time.Now()
+				page.SetOnline(0, monoNS())
+				time.Sleep(busy)
+				page.SetIdleAt(0, tc.idleAt())
+				page.SetOnline(0, 0)
+				worked += time.Since(start)
+				time.Sleep(tc.gap)
+			}
+			s2 := sampleHeld(off)
+			for range ch {
+			}
+			wait()
+			if p1.launches == 0 || requests == 0 {
+				t.Fatalf("no progress (offline launches %d, %d requests)", p1.launches, requests)
+			}
+			past := (s2.held - s1.held - worked) / time.Duration(requests)
+			t.Logf("%d requests of %v; offline held %v past each", requests, worked/time.Duration(requests), past)
+			lo, hi := tc.want*6/10, tc.want*14/10+300*time.Microsecond
+			if past < lo || past > hi {
+				t.Errorf("offline held %v past each request, want about %v (%v..%v)", past, tc.want, lo, hi)
 			}
 		})
 	}

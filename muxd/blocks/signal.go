@@ -61,6 +61,10 @@ func Signal(c api.Container, p *policy.Policy, gpus []api.GPU) ctlblock.Signal {
 		HoldMaxBP:  uint32(float64(h.Max)*100 + 0.5),
 		Queue:      h.Queue.D(),
 		Ahead:      ctlblock.AheadOff,
+		Linger:     h.Linger.D(),
+	}
+	if s.Linger == 0 {
+		s.Linger = ctlblock.NoLinger
 	}
 	if h.Ahead {
 		s.Ahead = ctlblock.AheadOn

@@ -44,13 +44,14 @@ func TestSignalRoles(t *testing.T) {
 	s := Signal(off, p, nil)
 	if s.Role != ctlblock.SignalFollow || s.GPUs != 0b10 || s.HoldWindow != 10*time.Millisecond ||
 		s.HoldPeriod != 20*time.Millisecond || s.HoldMaxBP != 8000 ||
-		s.Queue != 300*time.Microsecond || s.Ahead != ctlblock.AheadOn {
+		s.Queue != 300*time.Microsecond || s.Ahead != ctlblock.AheadOn || s.Linger != 500*time.Microsecond {
 		t.Errorf("offline with the default policy: %+v", s)
 	}
 	p.Hold.Ahead = false
 	p.Hold.Queue = policy.Duration(time.Millisecond)
-	if s := Signal(off, p, nil); s.Ahead != ctlblock.AheadOff || s.Queue != time.Millisecond {
-		t.Errorf("ahead = false, queue = 1ms: %+v", s)
+	p.Hold.Linger = 0
+	if s := Signal(off, p, nil); s.Ahead != ctlblock.AheadOff || s.Queue != time.Millisecond || s.Linger != ctlblock.NoLinger {
+		t.Errorf("ahead = false, queue = 1ms, linger = 0s: %+v", s)
 	}
 	p.Hold.Max = 0
 	if s := Signal(off, p, nil); s.Role != ctlblock.SignalNone {

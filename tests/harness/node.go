@@ -92,8 +92,15 @@ func startNode(ctx context.Context, s *Scenario, m mode, art Artifacts, dir stri
 		b, _ := p.MarshalText()
 		sections = "[classes.offline]\nsm_max = " + strconv.Quote(string(b)) + "\n"
 	}
+	hold := ""
 	if q := s.Muxflow.HoldQueue; q != nil {
-		sections += "[hold]\nqueue = " + strconv.Quote(q.D().String()) + "\n"
+		hold += "queue = " + strconv.Quote(q.D().String()) + "\n"
+	}
+	if l := s.Muxflow.HoldLinger; l != nil {
+		hold += "linger = " + strconv.Quote(l.D().String()) + "\n"
+	}
+	if hold != "" {
+		sections += "[hold]\n" + hold
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)

@@ -94,6 +94,9 @@ type Alloc struct {
 	// HoldQueue is the policy's hold.queue: the GPU time an offline process keeps
 	// outstanding while online work is recent.
 	HoldQueue *policy.Duration `toml:"hold_queue"`
+	// HoldLinger is the policy's hold.linger: how long an offline process whose kernels
+	// would take the online kernels' SMs keeps holding after online work ends.
+	HoldLinger *policy.Duration `toml:"hold_linger"`
 }
 
 // LoadScenario reads and validates a scenario file. Unknown keys are errors.
