@@ -99,25 +99,23 @@ func (s *SignalPage) Online(i int) uint64 {
 // gone; tests store the rest). Storing 0 also wakes the offline processes holding for
 // the slot, as libxcuda's clear does.
 func (s *SignalPage) SetOnline(i int, v uint64) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.sig == nil {
-		return ErrClosed
-	}
-	if i < 0 || i >= SignalSlots {
-		return fmt.Errorf("signal slot %d is outside 0..%d", i, SignalSlots-1)
-	}
-	atomic.StoreUint64(&s.sig.Slot[i].OnlineNS, v)
-	if v == 0 {
-		s.wakeIdle(i)
-	}
-	return nil
+	return s.withSlot(i, func(slot *rawSignalSlot) {
+		atomic.StoreUint64(&slot.OnlineNS, v)
+		if v == 0 {
+			s.wakeIdle(i)
+		}
+	})
 }
 
 // SetIdleAt stores in slot i when online work there last ended (CLOCK_MONOTONIC ns), as
 // an online process's libxcuda does before it clears the slot; followers linger after it
 // (tests: muxd never stores it).
 func (s *SignalPage) SetIdleAt(i int, ns uint64) error {
+	return s.withSlot(i, func(slot *rawSignalSlot) { atomic.StoreUint64(&slot.IdleNS, ns) })
+}
+
+// withSlot runs store on slot i while the page is held mapped.
+func (s *SignalPage) withSlot(i int, store func(*rawSignalSlot)) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.sig == nil {
@@ -126,7 +124,7 @@ func (s *SignalPage) SetIdleAt(i int, ns uint64) error {
 	if i < 0 || i >= SignalSlots {
 		return fmt.Errorf("signal slot %d is outside 0..%d", i, SignalSlots-1)
 	}
-	atomic.StoreUint64(&s.sig.Slot[i].IdleNS, ns)
+	store(&s.sig.Slot[i])
 	return nil
 }
 
