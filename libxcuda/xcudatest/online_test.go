@@ -300,7 +300,6 @@ func TestHoldSleepsUntilTheClear(t *testing.T) {
 // alone. The online side is the Go page, publishing 1 ms requests as libxcuda does.
 func TestHoldLingersAfterTheClear(t *testing.T) {
 	const busy = time.Millisecond
-	now := func() uint64 { return monoNS() }
 	for _, tc := range []struct {
 		name   string
 		linger time.Duration
@@ -308,9 +307,9 @@ func TestHoldLingersAfterTheClear(t *testing.T) {
 		idleAt func() uint64 // what the online side publishes as the end of its work
 		want   time.Duration // hold past the work, per request
 	}{
-		{"5ms linger", 5 * time.Millisecond, 150 * time.Millisecond, now, 5 * time.Millisecond},
-		{"a twentieth of the time between requests", 5 * time.Millisecond, 20 * time.Millisecond, now, 1100 * time.Microsecond},
-		{"off", ctlblock.NoLinger, 150 * time.Millisecond, now, 0},
+		{"5ms linger", 5 * time.Millisecond, 150 * time.Millisecond, monoNS, 5 * time.Millisecond},
+		{"a twentieth of the time between requests", 5 * time.Millisecond, 20 * time.Millisecond, monoNS, 1100 * time.Microsecond},
+		{"off", ctlblock.NoLinger, 150 * time.Millisecond, monoNS, 0},
 		{"idle time in the future", 5 * time.Millisecond, 150 * time.Millisecond, func() uint64 { return monoNS() + uint64(time.Hour) }, 0},
 		{"no idle time", 5 * time.Millisecond, 150 * time.Millisecond, func() uint64 { return 0 }, 0},
 	} {
