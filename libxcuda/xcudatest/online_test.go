@@ -317,14 +317,14 @@ func TestHoldLingersAfterTheClear(t *testing.T) {
 			page := signalPage(t)
 			page.SetFollowers([]uint32{1})
 			off := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, Ahead: ctlblock.AheadOff, Linger: tc.linger})
-			ch, wait := runLoop(t, off, 0, 2.0, "kernel")
+			ch, wait := runLoop(t, off, 0, 2.5, "kernel")
 			var p1 progress
 			time.Sleep(300 * time.Millisecond)
 			drain(ch, &p1)
 			s1 := sampleHeld(off)
 			var worked time.Duration
 			requests := 0
-			for end := time.Now().Add(time.Second); time.Now().Before(end); requests++ {
+			for end := time.Now().Add(1800 * time.Millisecond); time.Now().Before(end); requests++ {
 				start := time.Now()
 				page.SetOnline(0, monoNS())
 				time.Sleep(busy)
@@ -340,13 +340,13 @@ func TestHoldLingersAfterTheClear(t *testing.T) {
 			if p1.launches == 0 || requests == 0 {
 				t.Fatalf("no progress (offline launches %d, %d requests)", p1.launches, requests)
 			}
-			// What the offline process held past the requests' own time. It notices a
-			// request's start at its next launch, late when the machine is busy, which
-			// lowers this by up to a few hundred microseconds; the linger ends at a time
-			// fixed by the clear, which nothing lengthens.
+			// What the offline process held past the requests' own time. On a busy
+			// machine it notices a request's start late (at its next launch), which
+			// lowers this, and wakes late from the clear, which raises it, by up to a
+			// millisecond or so on average; a 5 ms linger where none is due stands out.
 			past := (s2.held - s1.held - worked) / time.Duration(requests)
 			t.Logf("%d requests of %v; offline held %v past each", requests, worked/time.Duration(requests), past)
-			if hi := tc.want*14/10 + 300*time.Microsecond; past > hi {
+			if hi := tc.want*14/10 + 1500*time.Microsecond; past > hi {
 				t.Errorf("offline held %v past each request, want about %v (at most %v)", past, tc.want, hi)
 			}
 			if lo := tc.want / 2; tc.want >= time.Millisecond && past < lo {
