@@ -257,14 +257,7 @@ func TestHoldSleepsUntilTheClear(t *testing.T) {
 				secs, _ := strconv.ParseFloat(kv["busy"], 64)
 				busy = time.Duration(secs * float64(time.Second))
 			} else {
-				for end := time.Now().Add(time.Second); time.Now().Before(end); requests++ {
-					start := time.Now()
-					page.SetOnline(0, monoNS())
-					time.Sleep(1500 * time.Microsecond)
-					page.SetOnline(0, 0)
-					busy += time.Since(start)
-					time.Sleep(2 * time.Millisecond)
-				}
+				requests, busy = pageRequests(page, 1500*time.Microsecond, 2*time.Millisecond, time.Second, nil)
 			}
 			drain(ch, &p2)
 			s2 := sampleHeld(off)
@@ -322,17 +315,7 @@ func TestHoldLingersAfterTheClear(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 			drain(ch, &p1)
 			s1 := sampleHeld(off)
-			var worked time.Duration
-			requests := 0
-			for end := time.Now().Add(1800 * time.Millisecond); time.Now().Before(end); requests++ {
-				start := time.Now()
-				page.SetOnline(0, monoNS())
-				time.Sleep(busy)
-				page.SetIdleAt(0, tc.idleAt())
-				page.SetOnline(0, 0)
-				worked += time.Since(start)
-				time.Sleep(tc.gap)
-			}
+			requests, worked := pageRequests(page, busy, tc.gap, 1800*time.Millisecond, tc.idleAt)
 			s2 := sampleHeld(off)
 			for range ch {
 			}
@@ -354,4 +337,23 @@ func TestHoldLingersAfterTheClear(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pageRequests publishes online requests in slot 0 of the page for about d, as an online
+// process's libxcuda does: each busy for busy, then idle for gap; idleAt, when not nil,
+// gives the end-of-work time stored before each clear. It returns how many there were
+// and their busy time as measured.
+func pageRequests(page *ctlblock.SignalPage, busy, gap, d time.Duration, idleAt func() uint64) (requests int, worked time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); requests++ {
+		start := time.Now()
+		page.SetOnline(0, monoNS())
+		time.Sleep(busy)
+		if idleAt != nil {
+			page.SetIdleAt(0, idleAt())
+		}
+		page.SetOnline(0, 0)
+		worked += time.Since(start)
+		time.Sleep(gap)
+	}
+	return requests, worked
 }

@@ -90,7 +90,7 @@ func TestEnsureWritesSignal(t *testing.T) {
 	}
 	b := m.Block("off1")
 	got := b.Limits().Signal
-	if got.Role != ctlblock.SignalFollow || got.GPUs != 1<<2 || got.HoldMaxBP != 8000 {
+	if got.Role != ctlblock.SignalFollow || got.GPUs != 1<<2 || got.HoldMaxBP != 8000 || got.Linger != 500*time.Microsecond {
 		t.Errorf("block signal limits %+v", got)
 	}
 	l := b.Limits()
