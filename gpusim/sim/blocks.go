@@ -408,21 +408,34 @@ func (d *Device) restore(g *group) {
 // on its SM and other contexts' memory traffic cost it extra; the device's
 // memory bandwidth is shared as memContention says.
 func (d *Device) rates(kern []*op, d2d []*op) {
+	per := d.ctxLoads[:0]
 	for _, s := range d.sets {
+		// each context's demand on the set, so that a block's "other contexts"
+		// is the set's load less its own context's (O(blocks), not O(blocks²))
+		per = per[:0]
 		load := 0.0
 		for _, r := range s.res {
-			load += float64(r.n) / float64(r.k.sh.bps)
+			l := float64(r.n) / float64(r.k.sh.bps)
+			load += l
+			i := slices.IndexFunc(per, func(c ctxLoad) bool { return c.x == r.k.ctx })
+			if i < 0 {
+				per = append(per, ctxLoad{x: r.k.ctx})
+				i = len(per) - 1
+			}
+			per[i].load += l
 		}
 		for _, r := range s.res {
-			other := 0.0
-			for _, q := range s.res {
-				if q.k.ctx != r.k.ctx {
-					other += float64(q.n) / float64(q.k.sh.bps)
+			own := 0.0
+			for _, c := range per {
+				if c.x == r.k.ctx {
+					own = c.load
 				}
 			}
+			other := max(0, load-own)
 			r.rate = d.clockRel / math.Max(1, load) / (1 + coResidencyPenalty*math.Min(1, other))
 		}
 	}
+	d.ctxLoads = per[:0]
 	// the bandwidth each kernel would use at the pace its SMs allow
 	for _, k := range kern {
 		k.bwUse = 0
@@ -463,6 +476,12 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 		o.rate = 1 / x
 		o.bwGot = o.rate
 	}
+}
+
+// ctxLoad is one context's demand on an SM set (rates' scratch).
+type ctxLoad struct {
+	x    *Context
+	load float64
 }
 
 // busySMs counts the SMs holding blocks.

@@ -50,6 +50,8 @@ type Device struct {
 	heads      []*op
 	front      *op       // the kernel the front end is setting up (launching)
 	touched    []*Client // scratch for progress
+	ctxLoads   []ctxLoad // scratch for rates
+	stalls     stallWatch
 
 	hung bool
 	lost bool
@@ -186,6 +188,17 @@ func (g *group) hasKernelWork() bool {
 
 // advance brings the model to time to (ns); lock held.
 func (d *Device) advance(to float64) {
+	if to <= d.t {
+		d.run(to)
+		return
+	}
+	start, events := time.Now(), d.events
+	d.run(to)
+	d.noteCatchUp(start, events)
+}
+
+// run is advance without the stall watch.
+func (d *Device) run(to float64) {
 	for i := 0; i < 1_000_000; i++ {
 		d.settle()
 		if d.dirty {

@@ -89,6 +89,12 @@ type DeviceStats struct {
 	Lost            bool           `json:"lost"`
 	Processes       []ProcessStats `json:"processes"`
 	TimestampUnixUs int64          `json:"timestamp_us"`
+	// The simulator's own stalls (stall.go), not the simulated GPU's: how many times
+	// the model held every process up for 2 ms or more while catching up with real
+	// time, for how long in all and at most.
+	Stalls     int     `json:"stalls"`
+	StalledNs  float64 `json:"stalled_ns"`
+	MaxStallNs float64 `json:"max_stall_ns"`
 }
 
 // sampler records counters every 50ms so utilisation can be averaged over a
@@ -152,7 +158,8 @@ func (s *Sim) Stats(dev int) (DeviceStats, bool) {
 		MemUsed: d.memUsed, SMActivityNow: d.smAct, MaxSMClockMHz: d.p.MaxSMClockMHz,
 		SMClockMHz: int(math.Round(d.clockRel * float64(d.p.MaxSMClockMHz))), MemClockMHz: d.p.MemClockMHz,
 		PowerW: d.power, PowerLimitW: d.powerLimit, DefaultPowerW: d.p.PowerLimitW, EnergyJ: d.energyJ,
-		BusyNs: d.busyNs, SMNs: d.smNs, MemNs: d.memNs, Hung: d.hung, Lost: d.lost, TimestampUnixUs: time.Now().UnixMicro()}
+		BusyNs: d.busyNs, SMNs: d.smNs, MemNs: d.memNs, Hung: d.hung, Lost: d.lost, TimestampUnixUs: time.Now().UnixMicro(),
+		Stalls: d.stalls.all, StalledNs: d.stalls.allNs, MaxStallNs: d.stalls.allMaxNs}
 	st.TempC = int(math.Round(30 + 50*d.power/d.p.PowerLimitW))
 	if span > 0 {
 		st.Util = 100 * (cur.busyNs - base.busyNs) / span

@@ -13,17 +13,17 @@ import (
 // reflection was most of what a poll cost the sampling process. Little-endian:
 //
 //	version u8 (1), devices u16, then per device:
-//	  index, sms, sm_clock_mhz, max_sm_clock_mhz, mem_clock_mhz, temp_c: i32 each
+//	  index, sms, sm_clock_mhz, max_sm_clock_mhz, mem_clock_mhz, temp_c, stalls: i32 each
 //	  mem_total, mem_used, clock_reasons: u64; timestamp_us: i64
 //	  util, mem_util, sm_activity, sm_activity_now, power_w, power_limit_w,
-//	  default_power_limit_w, energy_j, busy_ns, sm_ns, mem_ns: f64
+//	  default_power_limit_w, energy_j, busy_ns, sm_ns, mem_ns, stalled_ns, max_stall_ns: f64
 //	  flags u8 (1 hung, 2 lost); name, uuid: u16 length + bytes
 //	  processes u16, then per process: pid i32, mem_used u64, launches u64,
 //	    busy_ns, sm_ns, mem_ns, util, mem_util, sm_activity f64, mps u8
-const statsWireVersion = 1
+const statsWireVersion = 2
 
 const (
-	wireDeviceFixed  = 6*4 + 4*8 + 11*8 + 1
+	wireDeviceFixed  = 7*4 + 4*8 + 13*8 + 1
 	wireProcessFixed = 4 + 2*8 + 6*8 + 1
 )
 
@@ -34,7 +34,7 @@ func AppendStats(b []byte, devs []DeviceStats) []byte {
 	b = le.AppendUint16(b, uint16(len(devs)))
 	for i := range devs {
 		d := &devs[i]
-		for _, v := range [...]int{d.Index, d.SMs, d.SMClockMHz, d.MaxSMClockMHz, d.MemClockMHz, d.TempC} {
+		for _, v := range [...]int{d.Index, d.SMs, d.SMClockMHz, d.MaxSMClockMHz, d.MemClockMHz, d.TempC, d.Stalls} {
 			b = le.AppendUint32(b, uint32(int32(v)))
 		}
 		b = le.AppendUint64(b, d.MemTotal)
@@ -42,7 +42,7 @@ func AppendStats(b []byte, devs []DeviceStats) []byte {
 		b = le.AppendUint64(b, d.ClockReasons)
 		b = le.AppendUint64(b, uint64(d.TimestampUnixUs))
 		for _, v := range [...]float64{d.Util, d.MemUtil, d.SMActivity, d.SMActivityNow, d.PowerW, d.PowerLimitW,
-			d.DefaultPowerW, d.EnergyJ, d.BusyNs, d.SMNs, d.MemNs} {
+			d.DefaultPowerW, d.EnergyJ, d.BusyNs, d.SMNs, d.MemNs, d.StalledNs, d.MaxStallNs} {
 			b = le.AppendUint64(b, math.Float64bits(v))
 		}
 		var flags byte
@@ -101,13 +101,13 @@ func DecodeStats(b []byte) ([]DeviceStats, error) {
 	var procs []ProcessStats
 	for i := range devs {
 		d := &devs[i]
-		for _, p := range [...]*int{&d.Index, &d.SMs, &d.SMClockMHz, &d.MaxSMClockMHz, &d.MemClockMHz, &d.TempC} {
+		for _, p := range [...]*int{&d.Index, &d.SMs, &d.SMClockMHz, &d.MaxSMClockMHz, &d.MemClockMHz, &d.TempC, &d.Stalls} {
 			*p = int(int32(r.u32()))
 		}
 		d.MemTotal, d.MemUsed, d.ClockReasons = r.u64(), r.u64(), r.u64()
 		d.TimestampUnixUs = int64(r.u64())
 		for _, p := range [...]*float64{&d.Util, &d.MemUtil, &d.SMActivity, &d.SMActivityNow, &d.PowerW, &d.PowerLimitW,
-			&d.DefaultPowerW, &d.EnergyJ, &d.BusyNs, &d.SMNs, &d.MemNs} {
+			&d.DefaultPowerW, &d.EnergyJ, &d.BusyNs, &d.SMNs, &d.MemNs, &d.StalledNs, &d.MaxStallNs} {
 			*p = r.f64()
 		}
 		flags := r.u8()

@@ -14,7 +14,7 @@ func wireSample() []DeviceStats {
 	return []DeviceStats{
 		{Index: 0, Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-0", SMs: 132, MemTotal: 80 << 30, MemUsed: 1 << 30,
 			Util: 41.5, MemUtil: 12.25, SMActivity: 0.3, SMActivityNow: 0.9, SMClockMHz: 1980, MaxSMClockMHz: 1980,
-			MemClockMHz: 2619, PowerW: 412.5, PowerLimitW: 700, DefaultPowerW: 700, EnergyJ: 1e6, TempC: -3,
+			MemClockMHz: 2619, PowerW: 412.5, PowerLimitW: 700, DefaultPowerW: 700, EnergyJ: 1e6, TempC: -3, Stalls: 3, StalledNs: 9e6, MaxStallNs: 4.5e6,
 			ClockReasons: ReasonSwPowerCap | ReasonHwSlowdown, BusyNs: 1.5e9, SMNs: 2e11, MemNs: math.NaN(), Hung: true,
 			TimestampUnixUs: 1_780_000_000_000_000,
 			Processes: []ProcessStats{
@@ -50,8 +50,8 @@ func TestStatsWireRoundTrip(t *testing.T) {
 // The packed form names every field of DeviceStats and ProcessStats: a field added to
 // either must be added to AppendStats and DecodeStats too (and this count).
 func TestStatsWireCoversEveryField(t *testing.T) {
-	if n := reflect.TypeFor[DeviceStats]().NumField(); n != 26 {
-		t.Errorf("DeviceStats has %d fields, the packed form 26: add the new ones to statswire.go", n)
+	if n := reflect.TypeFor[DeviceStats]().NumField(); n != 29 {
+		t.Errorf("DeviceStats has %d fields, the packed form 29: add the new ones to statswire.go", n)
 	}
 	if n := reflect.TypeFor[ProcessStats]().NumField(); n != 10 {
 		t.Errorf("ProcessStats has %d fields, the packed form 10: add the new ones to statswire.go", n)

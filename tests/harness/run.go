@@ -114,8 +114,13 @@ type Result struct {
 	Util, SMActivity float64
 	Errors           int
 	Evictions        int
-	Window           time.Duration
-	Samples          []Sample
+	// SimStalls and SimStalledMs are gpusimd's own stalls in the window (its model
+	// behind real time, every process held up for 2 ms or more): where they are not
+	// zero the latencies measure the simulator as well as what it simulates.
+	SimStalls    int
+	SimStalledMs float64
+	Window       time.Duration
+	Samples      []Sample
 	// Changes are muxd's changes of the GPU's offline ceiling during the window, each
 	// with its reason (muxflow strategies only).
 	Changes []CeilingChange
@@ -563,6 +568,13 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 	}
 	// GPU figures over the window.
 	res.Window = dev1.at.Sub(dev0.at)
+	if n := dev1.stalls - dev0.stalls; n > 0 {
+		res.SimStalls, res.SimStalledMs = n, (dev1.stalledNs-dev0.stalledNs)/1e6
+		res.Notes = append(res.Notes, fmt.Sprintf("gpusimd stalled %d times in the window (%.0f ms in all, at most %.1f ms): "+
+			"its model fell behind real time on this machine and held every process's operations up, so the latency "+
+			"figures include the simulator's stalls, not only the simulated GPU's behaviour; fewer or less launch-heavy "+
+			"offline jobs, or a machine with more cores, avoid it", n, res.SimStalledMs, dev1.maxStallNs/1e6))
+	}
 	if w := float64(res.Window.Nanoseconds()); w > 0 {
 		res.Util = (dev1.busyNs - dev0.busyNs) / w
 		if dev1.sms > 0 {
@@ -593,6 +605,9 @@ type devSnap struct {
 	at            time.Time
 	busyNs, smNs  float64
 	sms           int
+	stalls        int     // gpusimd's own stalls so far (sim.DeviceStats)
+	stalledNs     float64 // their total
+	maxStallNs    float64 // the longest
 	onlineLaunch  uint64
 	onlineBusyNs  float64
 	haveOnlineCtr bool
@@ -610,7 +625,8 @@ func (n *node) deviceSnap(ctx context.Context) (devSnap, error) {
 }
 
 func devSnapOf(d simclient.DeviceStats, onlinePID int) devSnap {
-	s := devSnap{at: time.UnixMicro(d.TimestampUnixUs), busyNs: d.BusyNs, smNs: d.SMNs, sms: d.SMs}
+	s := devSnap{at: time.UnixMicro(d.TimestampUnixUs), busyNs: d.BusyNs, smNs: d.SMNs, sms: d.SMs,
+		stalls: d.Stalls, stalledNs: d.StalledNs, maxStallNs: d.MaxStallNs}
 	for _, p := range d.Processes {
 		if p.PID == onlinePID {
 			s.onlineLaunch, s.onlineBusyNs, s.haveOnlineCtr = p.Launches, p.BusyNs, true

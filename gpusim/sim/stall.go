@@ -1,0 +1,59 @@
+package sim
+
+import "time"
+
+// The device model runs in real time under the simulator's lock. When it has more
+// events to process than the machine can keep up with (many processes' short blocks
+// retiring at different moments on many SMs), catching up holds the lock, and every
+// process's operations wait: they enter the model late, and a request's GPU-side time
+// grows by the simulator's stall, not by anything the simulated GPU did. stallWatch
+// notices such catch-ups so that gpusimd says so and a harness can tell a stall of the
+// simulator from the behaviour of what it runs.
+
+const (
+	// stallMin is the catch-up that counts as a stall: longer than a short online
+	// request, far longer than a step normally takes (microseconds).
+	stallMin = 2 * time.Millisecond
+	// stallLogEvery spaces gpusimd's warnings; the stalls in between are summed into
+	// the next one.
+	stallLogEvery = time.Second
+)
+
+// stallWatch sums the catch-ups of one device that held the lock for stallMin or more:
+// since the last warning, and since the start (DeviceStats).
+type stallWatch struct {
+	count  int           // since the last warning
+	max    time.Duration // longest of them
+	total  time.Duration // their sum
+	events uint64        // model events they processed
+	logged time.Time     // when the last warning went out
+
+	all      int // since the start
+	allNs    float64
+	allMaxNs float64
+}
+
+// noteCatchUp records a catch-up of the model that began at start, when the model
+// had processed events0 events; lock held.
+func (d *Device) noteCatchUp(start time.Time, events0 uint64) {
+	took := time.Since(start)
+	if took < stallMin {
+		return
+	}
+	w := &d.stalls
+	w.count++
+	w.all++
+	w.allNs += float64(took.Nanoseconds())
+	w.allMaxNs = max(w.allMaxNs, float64(took.Nanoseconds()))
+	w.max = max(w.max, took)
+	w.total += took
+	w.events += d.events - events0
+	if now := time.Now(); now.Sub(w.logged) >= stallLogEvery {
+		d.s.log.Warn("device model fell behind real time", "device", d.index, "stalls", w.count, "max_ms", ms(w.max),
+			"stalled_ms", ms(w.total), "events", w.events,
+			"hint", "operations of every process waited for the simulator: latencies include its stalls")
+		w.count, w.max, w.total, w.events, w.logged = 0, 0, 0, 0, now
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
