@@ -61,6 +61,7 @@ type smSet struct {
 	class                       int
 	threads, regs, smem, blocks int // used on each SM
 	res                         []*residency
+	stale                       bool // res changed: its residencies' base speeds are to be worked out again
 }
 
 // residency is n blocks of one kernel on each SM of a set, started together.
@@ -70,6 +71,7 @@ type residency struct {
 	n    int
 	rem  float64 // ns of work left at rate 1
 	rate float64
+	base float64 // rate at full clock and memory speed, from its set's blocks (rates)
 	at   float64 // when they started (blocks placed at the same moment merge)
 }
 
@@ -96,6 +98,9 @@ func newSMSets(p Profile) []*smSet {
 // fits is how many more of k's blocks one SM of the set can take.
 func (s *smSet) fits(k *op, p *Profile) int {
 	sh := &k.sh
+	if s.blocks >= p.MaxBlocksPerSM || p.MaxThreadsPerSM-s.threads < sh.threads {
+		return 0 // a full SM, the common case on a busy device: no divisions
+	}
 	n := min((p.MaxThreadsPerSM-s.threads)/sh.threads, (p.RegsPerSM-s.regs)/sh.regs, p.MaxBlocksPerSM-s.blocks)
 	if sh.smem > 0 {
 		n = min(n, (p.SmemPerSMBytes-s.smem)/sh.smem)
@@ -124,6 +129,7 @@ func (d *Device) put(s *smSet, n int, k *op, rem float64) {
 	s.regs += n * k.sh.regs
 	s.smem += n * k.sh.smem
 	s.blocks += n
+	s.stale = true
 	k.resident += n * s.n
 	for _, r := range s.res {
 		if r.k == k && r.at == d.t && r.rem == rem {
@@ -145,6 +151,7 @@ func (d *Device) unplace(r *residency) {
 	s.regs -= r.n * k.sh.regs
 	s.smem -= r.n * k.sh.smem
 	s.blocks -= r.n
+	s.stale = true
 	k.resident -= r.n * s.n
 	s.res = slices.DeleteFunc(s.res, func(q *residency) bool { return q == r })
 	if !s.holdsKernel(k) {
@@ -158,7 +165,7 @@ func (d *Device) unplace(r *residency) {
 // split takes m of set s's SMs (0 < m < s.n) into a new set in the same
 // state; lock held.
 func (d *Device) split(s *smSet, m int) *smSet {
-	t := &smSet{n: m, class: s.class, threads: s.threads, regs: s.regs, smem: s.smem, blocks: s.blocks}
+	t := &smSet{n: m, class: s.class, threads: s.threads, regs: s.regs, smem: s.smem, blocks: s.blocks, stale: s.stale}
 	s.n -= m
 	for _, r := range s.res {
 		q := *r
@@ -410,6 +417,10 @@ func (d *Device) restore(g *group) {
 func (d *Device) rates(kern []*op, d2d []*op) {
 	per := d.ctxLoads[:0]
 	for _, s := range d.sets {
+		if !s.stale {
+			continue // its residencies' own speeds stand until blocks come or go
+		}
+		s.stale = false
 		// each context's demand on the set, so that a block's "other contexts"
 		// is the set's load less its own context's (O(blocks), not O(blocks²))
 		per = per[:0]
@@ -432,7 +443,7 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 				}
 			}
 			other := max(0, load-own)
-			r.rate = d.clockRel / math.Max(1, load) / (1 + coResidencyPenalty*math.Min(1, other))
+			r.base = 1 / max(1, load) / (1 + coResidencyPenalty*min(1, other))
 		}
 	}
 	d.ctxLoads = per[:0]
@@ -441,7 +452,7 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 		k.bwUse = 0
 	}
 	for _, r := range d.res {
-		r.k.bwUse += float64(r.n*r.set.n) * r.rate
+		r.k.bwUse += float64(r.n*r.set.n) * r.base * d.clockRel
 	}
 	demand := float64(len(d2d))
 	for _, k := range kern {
@@ -460,7 +471,7 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 	}
 	stalled := d.hung || d.switching()
 	for _, r := range d.res {
-		r.rate /= r.k.memSlow
+		r.rate = r.base * d.clockRel / r.k.memSlow
 		if stalled {
 			r.rate = 0
 		}

@@ -31,6 +31,7 @@ type Device struct {
 	sliceSet bool
 	t        float64 // model time reached, ns
 	dirty    bool
+	dropped  bool   // a kernel was dropped: its blocks leave at the next schedule
 	events   uint64 // model events processed (what gpusimd's CPU goes into)
 
 	// current operating point
@@ -299,7 +300,10 @@ func (d *Device) pop(st *Stream) {
 // sets every running operation's rate; lock held.
 func (d *Device) schedule() {
 	d.dirty = false
-	d.removeRes(func(r *residency) bool { return r.k.dropped })
+	if d.dropped {
+		d.dropped = false
+		d.removeRes(func(r *residency) bool { return r.k.dropped })
+	}
 	// time slicing between the groups that have kernels to run (at the top
 	// priority present; a higher-priority arrival preempts at once)
 	withWork := d.contenders()
@@ -445,29 +449,33 @@ func (d *Device) switchTo(g *group) {
 // nextEvent is the model time of the next completion, slice end or end of a
 // context switch.
 func (d *Device) nextEvent() float64 {
-	tn := math.Inf(1)
+	// the builtin min and max (never given a NaN here) compile to instructions;
+	// math.Min and math.Max are calls, and this loop runs over every residency at
+	// every event
+	dt := math.Inf(1)
 	for _, r := range d.res {
 		if r.rate > 0 {
-			tn = math.Min(tn, d.t+math.Max(0, r.rem)/r.rate)
+			dt = min(dt, max(0, r.rem)/r.rate)
 		}
 	}
+	tn := d.t + dt
 	for _, o := range d.running {
 		switch {
 		case o.kind != opKernel:
 			if o.rate > 0 {
-				tn = math.Min(tn, d.t+math.Max(0, o.rem)/o.rate)
+				tn = min(tn, d.t+max(0, o.rem)/o.rate)
 			}
 		case d.launching(o):
-			tn = math.Min(tn, d.t+o.fixedLeft/d.clockRel)
+			tn = min(tn, d.t+o.fixedLeft/d.clockRel)
 		}
 	}
 	if d.switching() {
-		tn = math.Min(tn, d.switchEnd)
+		tn = min(tn, d.switchEnd)
 	}
 	if d.sliceSet && !d.hung && !d.dirty {
-		tn = math.Min(tn, d.sliceEnd)
+		tn = min(tn, d.sliceEnd)
 	}
-	return math.Max(tn, d.t)
+	return max(tn, d.t)
 }
 
 // progress moves running work forward by dt ns and integrates counters.

@@ -464,7 +464,7 @@ func (c *Client) releaseContext(x *Context) {
 func (c *Client) dropStream(st *Stream, code Result) {
 	d := st.ctx.dev
 	if len(st.q) > 0 {
-		d.dirty = true
+		d.dirty, d.dropped = true, true
 	}
 	c.pending -= len(st.q)
 	st.done += uint64(len(st.q))
