@@ -69,10 +69,21 @@ type residency struct {
 	k    *op
 	set  *smSet
 	n    int
-	rem  float64 // ns of work left at rate 1
-	rate float64
-	base float64 // rate at full clock and memory speed, from its set's blocks (rates)
+	rem0 float64 // ns of work at rate 1 when placed
 	at   float64 // when they started (blocks placed at the same moment merge)
+	// base is the blocks' speed at full clock and memory speed, from their set's
+	// blocks (rates; 0 until it has run); they end when their kernel's work
+	// reaches end.
+	base float64
+	end  float64
+}
+
+// remaining is the ns of work left at rate 1 (negative just past its end).
+func (r *residency) remaining() float64 {
+	if r.base == 0 {
+		return r.rem0
+	}
+	return (r.end - r.k.work) * r.base
 }
 
 // savedBlocks are a residency taken off its SMs by a context switch.
@@ -132,12 +143,12 @@ func (d *Device) put(s *smSet, n int, k *op, rem float64) {
 	s.stale = true
 	k.resident += n * s.n
 	for _, r := range s.res {
-		if r.k == k && r.at == d.t && r.rem == rem {
+		if r.k == k && r.at == d.t && r.rem0 == rem {
 			r.n += n
 			return
 		}
 	}
-	r := &residency{k: k, set: s, n: n, rem: rem, at: d.t}
+	r := &residency{k: k, set: s, n: n, rem0: rem, at: d.t}
 	s.res = append(s.res, r)
 	d.res = append(d.res, r)
 }
@@ -373,7 +384,7 @@ func (d *Device) save(g *group) {
 		if r.k.ctx.grp != g {
 			return false
 		}
-		r.k.saved = append(r.k.saved, savedBlocks{class: r.set.class, sms: r.set.n, n: r.n, rem: r.rem})
+		r.k.saved = append(r.k.saved, savedBlocks{class: r.set.class, sms: r.set.n, n: r.n, rem: r.remaining()})
 		return true
 	})
 }
@@ -443,16 +454,22 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 				}
 			}
 			other := max(0, load-own)
-			r.base = 1 / max(1, load) / (1 + coResidencyPenalty*min(1, other))
+			if b := 1 / max(1, load) / (1 + coResidencyPenalty*min(1, other)); b != r.base {
+				left := r.remaining()
+				r.base, r.end = b, r.k.work+left/b
+			}
 		}
 	}
 	d.ctxLoads = per[:0]
-	// the bandwidth each kernel would use at the pace its SMs allow
+	// the bandwidth each kernel would use at the pace its SMs allow, and when its
+	// first blocks end
 	for _, k := range kern {
-		k.bwUse = 0
+		k.bwUse, k.minEnd = 0, math.Inf(1)
 	}
 	for _, r := range d.res {
-		r.k.bwUse += float64(r.n*r.set.n) * r.base * d.clockRel
+		k := r.k
+		k.bwUse += float64(r.n*r.set.n) * r.base * d.clockRel
+		k.minEnd = min(k.minEnd, r.end)
 	}
 	demand := float64(len(d2d))
 	for _, k := range kern {
@@ -470,10 +487,10 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 		k.memSlow = (1 - k.bw) + k.bw*x*(1+l2Penalty*math.Min(1, others))
 	}
 	stalled := d.hung || d.switching()
-	for _, r := range d.res {
-		r.rate = r.base * d.clockRel / r.k.memSlow
+	for _, k := range kern {
+		k.g = d.clockRel / k.memSlow
 		if stalled {
-			r.rate = 0
+			k.g = 0
 		}
 	}
 	// what each moves: its traffic at the pace memory allows (NVML's memory utilisation)

@@ -449,18 +449,13 @@ func (d *Device) switchTo(g *group) {
 // nextEvent is the model time of the next completion, slice end or end of a
 // context switch.
 func (d *Device) nextEvent() float64 {
-	// the builtin min and max (never given a NaN here) compile to instructions;
-	// math.Min and math.Max are calls, and this loop runs over every residency at
-	// every event
-	dt := math.Inf(1)
-	for _, r := range d.res {
-		if r.rate > 0 {
-			dt = min(dt, max(0, r.rem)/r.rate)
-		}
-	}
-	tn := d.t + dt
+	// a kernel's first blocks end when its work reaches their end (rates keeps the
+	// earliest), so this looks at kernels, not at every block on the SMs
+	tn := math.Inf(1)
 	for _, o := range d.running {
 		switch {
+		case o.kind == opKernel && o.g > 0 && o.resident > 0:
+			tn = min(tn, d.t+max(0, o.minEnd-o.work)/o.g)
 		case o.kind != opKernel:
 			if o.rate > 0 {
 				tn = min(tn, d.t+max(0, o.rem)/o.rate)
@@ -494,9 +489,6 @@ func (d *Device) progress(dt float64) {
 		return c
 	}
 	busy := len(d.res) > 0
-	for _, r := range d.res {
-		r.rem -= r.rate * dt
-	}
 	mem := 0.0 // share of the memory bandwidth in use
 	for _, o := range d.running {
 		if o.kind != opKernel {
@@ -507,6 +499,7 @@ func (d *Device) progress(dt float64) {
 			}
 			continue
 		}
+		o.work += o.g * dt
 		launching := d.launching(o)
 		if launching {
 			o.fixedLeft -= d.clockRel * dt
@@ -542,7 +535,8 @@ func (d *Device) progress(dt float64) {
 func (d *Device) completeDue() {
 	n := len(d.res)
 	d.removeRes(func(r *residency) bool {
-		return r.rate > 0 && r.rem <= 1e-3+r.rate*min(coalesceMaxNs, coalesceFrac*r.k.blockNs)
+		g := r.k.g
+		return g > 0 && r.base > 0 && r.remaining() <= 1e-3+r.base*g*min(coalesceMaxNs, coalesceFrac*r.k.blockNs)
 	})
 	if len(d.res) != n {
 		d.dirty = true

@@ -271,7 +271,14 @@ type op struct {
 	bwUse     float64 // scratch (rates): bandwidth share it would use unhindered
 	memSlow   float64 // scratch (rates): how much memory contention stretches its blocks
 	bwGot     float64 // (rates) share of the device's bandwidth it moves now
-	dropped   bool    // its stream was dropped (context fault or release)
+	// A kernel's blocks advance on one clock: a block of base speed b (its SM's
+	// share, blocks.go) does b·g ns of work per ns while the kernel's speed factor g
+	// (clock and memory contention, set by rates) holds, so only work, the integral
+	// of g, moves as the model advances; each block's end is a point on it.
+	work    float64 // ∫g dt since the kernel first ran
+	g       float64 // (rates) clock ÷ memory slow-down; 0 while the device is stalled
+	minEnd  float64 // (rates) the earliest end of its blocks on work; +Inf with none
+	dropped bool    // its stream was dropped (context fault or release)
 	// model times for the op trace (ns): queued, reached the stream's head, first block placed
 	queuedAt, headAt, ranAt float64
 }
