@@ -53,6 +53,8 @@ func (r *Report) aggregate() {
 			out.Errors += x.Errors
 			out.Evictions += x.Evictions
 			out.Requests += x.Requests
+			out.SimStalls += x.SimStalls
+			out.SimStalledMs += x.SimStalledMs
 			for _, n := range x.Notes {
 				out.Notes = append(out.Notes, fmt.Sprintf("pass %d: %s", k+1, n))
 			}

@@ -485,3 +485,26 @@ func TestAllocSectionShortDays(t *testing.T) {
 		}
 	}
 }
+
+// gpusimd's own stalls are noted from 1% of the window: not for a stall now and then.
+func TestStallNote(t *testing.T) {
+	w := 12 * time.Second
+	for _, tc := range []struct {
+		stalls    int
+		stalledMs float64
+		want      bool
+	}{
+		{0, 0, false},
+		{1, 3, false},    // one 3 ms stall in 12 s: noise
+		{20, 119, false}, // just under 1%
+		{43, 674, true},  // the h100-six probe before gpusimd got faster
+	} {
+		n := stallNote(tc.stalls, tc.stalledMs, 75, w)
+		if (n != "") != tc.want {
+			t.Errorf("%d stalls, %.0f ms in 12 s: note %q, want one: %v", tc.stalls, tc.stalledMs, n, tc.want)
+		}
+		if n != "" && !strings.Contains(n, fmt.Sprintf("stalled %d times", tc.stalls)) {
+			t.Errorf("note %q does not give the count", n)
+		}
+	}
+}

@@ -115,8 +115,9 @@ type Result struct {
 	Errors           int
 	Evictions        int
 	// SimStalls and SimStalledMs are gpusimd's own stalls in the window (its model
-	// behind real time, every process held up for 2 ms or more): where they are not
-	// zero the latencies measure the simulator as well as what it simulates.
+	// behind real time, every process held up for 2 ms or more; totals over passes):
+	// where they add up, the latencies measure the simulator as well as what it
+	// simulates (a note says so from 1% of the window).
 	SimStalls    int
 	SimStalledMs float64
 	Window       time.Duration
@@ -568,12 +569,9 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 	}
 	// GPU figures over the window.
 	res.Window = dev1.at.Sub(dev0.at)
-	if n := dev1.stalls - dev0.stalls; n > 0 {
-		res.SimStalls, res.SimStalledMs = n, (dev1.stalledNs-dev0.stalledNs)/1e6
-		res.Notes = append(res.Notes, fmt.Sprintf("gpusimd stalled %d times in the window (%.0f ms in all, at most %.1f ms): "+
-			"its model fell behind real time on this machine and held every process's operations up, so the latency "+
-			"figures include the simulator's stalls, not only the simulated GPU's behaviour; fewer or less launch-heavy "+
-			"offline jobs, or a machine with more cores, avoid it", n, res.SimStalledMs, dev1.maxStallNs/1e6))
+	res.SimStalls, res.SimStalledMs = dev1.stalls-dev0.stalls, (dev1.stalledNs-dev0.stalledNs)/1e6
+	if n := stallNote(res.SimStalls, res.SimStalledMs, dev1.maxStallNs/1e6, res.Window); n != "" {
+		res.Notes = append(res.Notes, n)
 	}
 	if w := float64(res.Window.Nanoseconds()); w > 0 {
 		res.Util = (dev1.busyNs - dev0.busyNs) / w
@@ -598,6 +596,19 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 		res.BusyPerRequest = smp.busyNs / smp.requests / 1e6
 	}
 	return res, nil
+}
+
+// stallNote says when gpusimd's own stalls in a window of that length can be what its
+// latencies are made of: from 1% of the window (a stall now and then, a few ms from the
+// VM or a collection, is noise). maxMs is the longest stall of the run.
+func stallNote(stalls int, stalledMs, maxMs float64, window time.Duration) string {
+	if stalls == 0 || stalledMs < float64(window.Milliseconds())/100 {
+		return ""
+	}
+	return fmt.Sprintf("gpusimd stalled %d times in the window (%.0f ms in all, at most %.1f ms): "+
+		"its model fell behind real time on this machine and held every process's operations up, so the latency "+
+		"figures include the simulator's stalls, not only the simulated GPU's behaviour; fewer or less launch-heavy "+
+		"offline jobs, or a machine with more cores, avoid it", stalls, stalledMs, maxMs)
 }
 
 // devSnap is GPU 0's cumulative counters at one instant (gpusim's model clock).
