@@ -76,6 +76,8 @@ type residency struct {
 	// reaches end.
 	base float64
 	end  float64
+	ver  uint32 // bumped when its speed changes or it leaves (ends.go)
+	ki   int    // its index in its kernel's res
 }
 
 // remaining is the ns of work left at rate 1 (negative just past its end).
@@ -145,18 +147,17 @@ func (d *Device) put(s *smSet, n int, k *op, rem float64) {
 	for _, r := range s.res {
 		if r.k == k && r.at == d.t && r.rem0 == rem {
 			r.n += n
+			k.bwBase += float64(n*s.n) * r.base
 			return
 		}
 	}
-	r := &residency{k: k, set: s, n: n, rem0: rem, at: d.t}
-	s.res = append(s.res, r)
-	d.res = append(d.res, r)
+	d.addRes(&residency{k: k, set: s, n: n, rem0: rem, at: d.t})
 }
 
 // unplace takes residency r off its SMs (it finished, was saved by a context
-// switch, or its kernel was dropped); lock held. The caller removes r from
-// d.res.
+// switch, or its kernel was dropped); lock held.
 func (d *Device) unplace(r *residency) {
+	d.dropRes(r)
 	s, k := r.set, r.k
 	s.threads -= r.n * k.sh.threads
 	s.regs -= r.n * k.sh.regs
@@ -178,11 +179,11 @@ func (d *Device) unplace(r *residency) {
 func (d *Device) split(s *smSet, m int) *smSet {
 	t := &smSet{n: m, class: s.class, threads: s.threads, regs: s.regs, smem: s.smem, blocks: s.blocks, stale: s.stale}
 	s.n -= m
+	// the kernels' summed speeds are unchanged: the same blocks on the same SMs
 	for _, r := range s.res {
 		q := *r
 		q.set = t
-		t.res = append(t.res, &q)
-		d.res = append(d.res, &q)
+		d.addRes(&q)
 	}
 	d.sets = append(d.sets, t)
 	return t
@@ -191,18 +192,18 @@ func (d *Device) split(s *smSet, m int) *smSet {
 // removeRes drops every residency for which gone is true, then merges the
 // sets that emptied; lock held.
 func (d *Device) removeRes(gone func(*residency) bool) {
-	n := len(d.res)
-	keep := d.res[:0]
-	for _, r := range d.res {
-		if gone(r) {
-			d.unplace(r)
-		} else {
-			keep = append(keep, r)
+	removed := false
+	for _, s := range d.sets {
+		for i := 0; i < len(s.res); {
+			if r := s.res[i]; gone(r) {
+				d.unplace(r) // deletes s.res[i]
+				removed = true
+			} else {
+				i++
+			}
 		}
 	}
-	clear(d.res[len(keep):])
-	d.res = keep
-	if len(keep) != n {
+	if removed {
 		d.mergeEmpty()
 	}
 }
@@ -455,8 +456,7 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 			}
 			other := max(0, load-own)
 			if b := 1 / max(1, load) / (1 + coResidencyPenalty*min(1, other)); b != r.base {
-				left := r.remaining()
-				r.base, r.end = b, r.k.work+left/b
+				d.setBase(r, b)
 			}
 		}
 	}
@@ -464,12 +464,10 @@ func (d *Device) rates(kern []*op, d2d []*op) {
 	// the bandwidth each kernel would use at the pace its SMs allow, and when its
 	// first blocks end
 	for _, k := range kern {
-		k.bwUse, k.minEnd = 0, math.Inf(1)
-	}
-	for _, r := range d.res {
-		k := r.k
-		k.bwUse += float64(r.n*r.set.n) * r.base * d.clockRel
-		k.minEnd = min(k.minEnd, r.end)
+		k.bwUse, k.minEnd = k.bwBase*d.clockRel, math.Inf(1)
+		if r := k.first(); r != nil {
+			k.minEnd = r.end
+		}
 	}
 	demand := float64(len(d2d))
 	for _, k := range kern {

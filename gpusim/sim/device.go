@@ -40,7 +40,9 @@ type Device struct {
 	powerLimit float64
 	smAct      float64 // SMs holding blocks / SMs
 	sets       []*smSet
-	res        []*residency // every residency on the SMs (blocks.go)
+	nres       int          // residencies on the SMs (blocks.go)
+	resKern    []*op        // the kernels holding them (ends.go)
+	ended      []*residency // scratch for completeDue
 	seqN       uint64       // the block scheduler's queue order
 	switchEnd  float64      // a context switch is under way until then
 	running    []*op        // kernels the active group may run, and copies in flight
@@ -488,7 +490,7 @@ func (d *Device) progress(dt float64) {
 		}
 		return c
 	}
-	busy := len(d.res) > 0
+	busy := d.nres > 0
 	mem := 0.0 // share of the memory bandwidth in use
 	for _, o := range d.running {
 		if o.kind != opKernel {
@@ -533,14 +535,26 @@ func (d *Device) progress(dt float64) {
 // completeDue retires finished blocks and operations, ends an expired slice
 // and a finished context switch.
 func (d *Device) completeDue() {
-	n := len(d.res)
-	d.removeRes(func(r *residency) bool {
-		g := r.k.g
-		return g > 0 && r.base > 0 && r.remaining() <= 1e-3+r.base*g*min(coalesceMaxNs, coalesceFrac*r.k.blockNs)
-	})
-	if len(d.res) != n {
+	ended := d.ended[:0]
+	for _, k := range d.resKern {
+		if k.g <= 0 {
+			continue
+		}
+		w := min(coalesceMaxNs, coalesceFrac*k.blockNs)
+		for r := k.first(); r != nil && r.remaining() <= 1e-3+r.base*k.g*w; r = k.first() {
+			k.ends.pop()
+			ended = append(ended, r)
+		}
+	}
+	for _, r := range ended {
+		d.unplace(r)
+	}
+	if len(ended) > 0 {
+		d.mergeEmpty()
 		d.dirty = true
 	}
+	clear(ended)
+	d.ended = ended[:0]
 	if k := d.front; k != nil && k.fixedLeft <= 1e-3 {
 		k.fixedLeft, d.front = 0, nil
 		d.dirty = true

@@ -275,10 +275,14 @@ type op struct {
 	// share, blocks.go) does b·g ns of work per ns while the kernel's speed factor g
 	// (clock and memory contention, set by rates) holds, so only work, the integral
 	// of g, moves as the model advances; each block's end is a point on it.
-	work    float64 // ∫g dt since the kernel first ran
-	g       float64 // (rates) clock ÷ memory slow-down; 0 while the device is stalled
-	minEnd  float64 // (rates) the earliest end of its blocks on work; +Inf with none
-	dropped bool    // its stream was dropped (context fault or release)
+	work    float64      // ∫g dt since the kernel first ran
+	g       float64      // (rates) clock ÷ memory slow-down; 0 while the device is stalled
+	minEnd  float64      // (rates) the earliest end of its blocks on work; +Inf with none
+	res     []*residency // its blocks on the SMs (ends.go)
+	rki     int          // its index in its device's resKern
+	ends    endHeap      // its residencies' ends on work, stale marks included
+	bwBase  float64      // Σ blocks × base speed over res: bandwidth at full clock ÷ bw
+	dropped bool         // its stream was dropped (context fault or release)
 	// model times for the op trace (ns): queued, reached the stream's head, first block placed
 	queuedAt, headAt, ranAt float64
 }
