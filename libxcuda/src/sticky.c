@@ -48,6 +48,7 @@ CUresult xc_note_sticky(CUresult r)
             return CUDA_ERROR_NOT_INITIALIZED;                                \
         CUresult r_ = real_ args;                                             \
         xc_signal_idle();                                                     \
+        xc_flush_launches();                                                  \
         return xc_note_sticky(r_);                                            \
     }
 

@@ -351,6 +351,24 @@ static int cmd_requests(unsigned kernel_us, unsigned gap_us, double secs)
     return errors != 0;
 }
 
+/* synced: n launches and one synchronisation, then "synced" and a pause while
+ * the test reads the usage page (launch counts there without waiting for 32). */
+static int cmd_synced(unsigned n)
+{
+    if (init_ctx() != CUDA_SUCCESS)
+        return 1;
+    for (unsigned i = 0; i < n; i++)
+        if (api.launch((CUfunction)1, 10, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+            return 1;
+    if (api.sync() != CUDA_SUCCESS)
+        return 1;
+    printf("synced\n");
+    fflush(stdout);
+    struct timespec pause = {2, 0};
+    nanosleep(&pause, NULL);
+    return 0;
+}
+
 /* kinds: every kind of device allocation is capped and returned. Run with
  * a 4 MiB cap; each kind takes 3 MiB (fits), then 3 MiB more (must not). */
 static int cmd_kinds(void)
@@ -488,6 +506,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "fork") == 0)
         return cmd_fork();
+    if (strcmp(argv[1], "synced") == 0 && argc == 4)
+        return cmd_synced((unsigned)atoi(argv[3]));
     if (strcmp(argv[1], "kinds") == 0)
         return cmd_kinds();
     if (strcmp(argv[1], "sigapp") == 0)

@@ -317,3 +317,25 @@ func TestPauseStopsLaunches(t *testing.T) {
 		t.Errorf("launches did not resume after unpausing: %d then %d", resumedFrom, last.launches)
 	}
 }
+
+// TestSyncFlushesLaunchCounts: a process's launches reach the usage page when it
+// synchronises, not only every 32 launches; muxd's launch rate of a service of a few
+// kernels a request would otherwise come in lumps of 32 that look like bursts.
+func TestSyncFlushesLaunchCounts(t *testing.T) {
+	h := newHarness(t, ctlblock.Unlimited())
+	cmd := h.command("xctest", "synced", "dlsym", "3")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "synced" {
+	}
+	if got := h.block.Usage().Launches; got != 3 {
+		t.Errorf("usage page counts %d launches after 3 and a synchronisation, want 3", got)
+	}
+}
