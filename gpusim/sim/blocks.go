@@ -151,7 +151,7 @@ func (d *Device) put(s *smSet, n int, k *op, rem float64) {
 			return
 		}
 	}
-	d.addRes(&residency{k: k, set: s, n: n, rem0: rem, at: d.t})
+	d.addRes(d.newRes(residency{k: k, set: s, n: n, rem0: rem, at: d.t}))
 }
 
 // unplace takes residency r off its SMs (it finished, was saved by a context
@@ -181,9 +181,9 @@ func (d *Device) split(s *smSet, m int) *smSet {
 	s.n -= m
 	// the kernels' summed speeds are unchanged: the same blocks on the same SMs
 	for _, r := range s.res {
-		q := *r
+		q := d.newRes(*r)
 		q.set = t
-		d.addRes(&q)
+		d.addRes(q)
 	}
 	d.sets = append(d.sets, t)
 	return t

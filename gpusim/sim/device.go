@@ -43,6 +43,7 @@ type Device struct {
 	nres       int          // residencies on the SMs (blocks.go)
 	resKern    []*op        // the kernels holding them (ends.go)
 	ended      []*residency // scratch for completeDue
+	freeRes    []*residency // residencies that left, for newRes
 	seqN       uint64       // the block scheduler's queue order
 	switchEnd  float64      // a context switch is under way until then
 	running    []*op        // kernels the active group may run, and copies in flight

@@ -67,6 +67,26 @@ func (k *op) first() *residency {
 	return nil
 }
 
+// newRes is a residency like r, from the ones that left if any (a busy device places
+// and retires hundreds of thousands a second; reusing them spares the collector).
+// Its version goes on from its last life, so marks left from then stay stale.
+func (d *Device) newRes(r residency) *residency {
+	n := len(d.freeRes)
+	if n == 0 {
+		q := new(residency)
+		*q = r
+		q.ver = 0
+		return q
+	}
+	q := d.freeRes[n-1]
+	d.freeRes[n-1] = nil
+	d.freeRes = d.freeRes[:n-1]
+	v := q.ver
+	*q = r
+	q.ver = v + 1
+	return q
+}
+
 // addRes records a new residency r on its set and its kernel; lock held.
 func (d *Device) addRes(r *residency) {
 	k := r.k
@@ -93,6 +113,7 @@ func (d *Device) dropRes(r *residency) {
 	k.res[len(k.res)-1] = nil
 	k.res = k.res[:len(k.res)-1]
 	d.nres--
+	d.freeRes = append(d.freeRes, r)
 	if len(k.res) > 0 {
 		return
 	}
