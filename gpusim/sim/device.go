@@ -196,9 +196,9 @@ func (d *Device) advance(to float64) {
 		d.run(to)
 		return
 	}
-	start, events := time.Now(), d.events
+	start := time.Now()
 	d.run(to)
-	d.noteCatchUp(start, events)
+	d.noteCatchUp(start)
 }
 
 // run is advance without the stall watch.

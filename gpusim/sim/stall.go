@@ -14,45 +14,34 @@ const (
 	// stallMin is the catch-up that counts as a stall: longer than a short online
 	// request, far longer than a step normally takes (microseconds).
 	stallMin = 2 * time.Millisecond
-	// stallLogEvery spaces gpusimd's warnings; the stalls in between are summed into
-	// the next one.
+	// stallLogEvery spaces gpusimd's warnings (each gives the totals so far).
 	stallLogEvery = time.Second
 )
 
-// stallWatch sums the catch-ups of one device that held the lock for stallMin or more:
-// since the last warning, and since the start (DeviceStats).
+// stallWatch sums the catch-ups of one device that held the lock for stallMin or more,
+// since the start (DeviceStats, and gpusimd's warnings).
 type stallWatch struct {
-	count  int           // since the last warning
-	max    time.Duration // longest of them
-	total  time.Duration // their sum
-	events uint64        // model events they processed
-	logged time.Time     // when the last warning went out
-
-	all      int // since the start
-	allNs    float64
-	allMaxNs float64
+	count  int
+	total  time.Duration
+	max    time.Duration
+	logged time.Time // when the last warning went out
 }
 
-// noteCatchUp records a catch-up of the model that began at start, when the model
-// had processed events0 events; lock held.
-func (d *Device) noteCatchUp(start time.Time, events0 uint64) {
+// noteCatchUp records a catch-up of the model that began at start; lock held.
+func (d *Device) noteCatchUp(start time.Time) {
 	took := time.Since(start)
 	if took < stallMin {
 		return
 	}
 	w := &d.stalls
 	w.count++
-	w.all++
-	w.allNs += float64(took.Nanoseconds())
-	w.allMaxNs = max(w.allMaxNs, float64(took.Nanoseconds()))
-	w.max = max(w.max, took)
 	w.total += took
-	w.events += d.events - events0
+	w.max = max(w.max, took)
 	if now := time.Now(); now.Sub(w.logged) >= stallLogEvery {
-		d.s.log.Warn("device model fell behind real time", "device", d.index, "stalls", w.count, "max_ms", ms(w.max),
-			"stalled_ms", ms(w.total), "events", w.events,
+		d.s.log.Warn("device model fell behind real time", "device", d.index, "stalls", w.count,
+			"stalled_ms", ms(w.total), "max_ms", ms(w.max),
 			"hint", "operations of every process waited for the simulator: latencies include its stalls")
-		w.count, w.max, w.total, w.events, w.logged = 0, 0, 0, 0, now
+		w.logged = now
 	}
 }
 

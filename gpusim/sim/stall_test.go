@@ -11,9 +11,9 @@ func TestStallsAreCounted(t *testing.T) {
 	s := newTestSim(t, "h100")
 	d := s.Device(0)
 	s.mu.Lock()
-	d.noteCatchUp(time.Now(), d.events)                          // a step of microseconds
-	d.noteCatchUp(time.Now().Add(-3*time.Millisecond), d.events) // a stall of 3 ms
-	d.noteCatchUp(time.Now().Add(-5*time.Millisecond), d.events) // and one of 5 ms
+	d.noteCatchUp(time.Now())                            // a step of microseconds
+	d.noteCatchUp(time.Now().Add(-3 * time.Millisecond)) // a stall of 3 ms
+	d.noteCatchUp(time.Now().Add(-5 * time.Millisecond)) // and one of 5 ms
 	s.mu.Unlock()
 	st, ok := s.Stats(0)
 	if !ok {

@@ -159,7 +159,7 @@ func (s *Sim) Stats(dev int) (DeviceStats, bool) {
 		SMClockMHz: int(math.Round(d.clockRel * float64(d.p.MaxSMClockMHz))), MemClockMHz: d.p.MemClockMHz,
 		PowerW: d.power, PowerLimitW: d.powerLimit, DefaultPowerW: d.p.PowerLimitW, EnergyJ: d.energyJ,
 		BusyNs: d.busyNs, SMNs: d.smNs, MemNs: d.memNs, Hung: d.hung, Lost: d.lost, TimestampUnixUs: time.Now().UnixMicro(),
-		Stalls: d.stalls.all, StalledNs: d.stalls.allNs, MaxStallNs: d.stalls.allMaxNs}
+		Stalls: d.stalls.count, StalledNs: float64(d.stalls.total.Nanoseconds()), MaxStallNs: float64(d.stalls.max.Nanoseconds())}
 	st.TempC = int(math.Round(30 + 50*d.power/d.p.PowerLimitW))
 	if span > 0 {
 		st.Util = 100 * (cur.busyNs - base.busyNs) / span
