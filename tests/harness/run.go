@@ -215,6 +215,13 @@ func (r *Runner) Run(ctx context.Context, strategies []Strategy) (*Report, error
 		}
 		r.Dir = d
 	}
+	// muxd's policy names its state directory under it, and muxd takes only absolute
+	// paths (muxexp --logs logs).
+	abs, err := filepath.Abs(r.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("work directory %s: %w", r.Dir, err)
+	}
+	r.Dir = abs
 	rep := &Report{Scenario: r.Scenario, Started: time.Now()}
 	n := max(1, r.Repeat)
 	for k := range n {

@@ -51,7 +51,9 @@ func TestMuxflowOnGpusim(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r := &Runner{Scenario: s, Artifacts: art, Dir: t.TempDir(), NoOfflineBaseline: true}
+	// A relative work directory, as `muxexp run --logs logs` gives it.
+	t.Chdir(t.TempDir())
+	r := &Runner{Scenario: s, Artifacts: art, Dir: "logs", NoOfflineBaseline: true}
 	rep, err := r.Run(ctx, []Strategy{PlainMPS, Muxflow})
 	if err != nil {
 		t.Fatal(err)
