@@ -24,12 +24,13 @@ const minRounds = 21
 // round also starts the GPU container through it, interleaved with the others.
 func BenchmarkRuncRun(b *testing.B) {
 	runc := lookTool(b, "runc")
-	n := newNode(b, runc, "")
+	volatile := hostLayout(b)
+	n := newNodeFrom(b, runc, "", "", volatile)
 	var base *node
 	if dir := os.Getenv("MUXFLOW_BASE_BUILD"); dir != "" {
-		base = newNodeFrom(b, runc, "", dir)
+		base = newNodeFrom(b, runc, "", dir, volatile)
 	}
-	rootfs := busyboxRootfs(b, n.dir)
+	rootfs := busyboxRootfs(b, n.disk)
 	runcRoot := filepath.Join(n.dir, "runc-root")
 	plainBundle := filepath.Join(n.dir, "plain")
 	gpuBundle := filepath.Join(n.dir, "gpu")

@@ -33,8 +33,8 @@ import (
 // The rest in ms, medians.
 func BenchmarkGPUStartParts(b *testing.B) {
 	runc := lookTool(b, "runc")
-	n := newNode(b, runc, "")
-	rootfs := busyboxRootfs(b, n.dir)
+	n := newNodeFrom(b, runc, "", "", hostLayout(b))
+	rootfs := busyboxRootfs(b, n.disk)
 	runcRoot := filepath.Join(n.dir, "runc-root")
 	gpuBundle := filepath.Join(n.dir, "gpu")
 	wiredBundle := filepath.Join(n.dir, "wired")
@@ -58,7 +58,7 @@ func BenchmarkGPUStartParts(b *testing.B) {
 	editPolicy(b, n.policy, stubPolicy, fmt.Sprintf("runtime = %q", runc), fmt.Sprintf("runtime = %q", truePath))
 
 	muxdPid := n.muxd.Process.Pid
-	regDir := filepath.Join(n.dir, "state", "containers")
+	regDir := filepath.Join(n.disk, "state", "containers")
 	seq := 0
 	type sample struct{ wall, cpu, muxd time.Duration }
 	run := func(bin, policyFile, bundle string) sample {

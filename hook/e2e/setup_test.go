@@ -13,13 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/muxflow/muxflow/muxd/client"
 	"github.com/muxflow/muxflow/tests/testenv"
 )
 
 // node is one test node: a policy in a temp dir, muxd, the built wrapper and hook.
 type node struct {
-	dir     string
+	dir     string // muxd's run directory, socket and policy; bundles and runc's state go here too
+	disk    string // muxd's state directory and root filesystems: dir, except in the host layout
 	policy  string
 	socket  string
 	runtime string // build/bin/muxflow-runtime
@@ -34,12 +37,14 @@ func lookTool(t testing.TB, name string) string { return testenv.Tool(t, name) }
 
 func newNode(t testing.TB, runtimeName, lib string) *node {
 	t.Helper()
-	return newNodeFrom(t, runtimeName, lib, "")
+	return newNodeFrom(t, runtimeName, lib, "", "")
 }
 
 // newNodeFrom is newNode with muxd and muxflow-runtime from another build directory
-// (build: "" for the one under test), for benchmarks that compare two builds.
-func newNodeFrom(t testing.TB, runtimeName, lib, build string) *node {
+// (build: "" for the one under test), for benchmarks that compare two builds, and with
+// everything volatile — muxd's run directory and socket, and the bundles and runc state
+// the caller puts in n.dir — under volatile ("" for TMPDIR, as the rest; see hostLayout).
+func newNodeFrom(t testing.TB, runtimeName, lib, build, volatile string) *node {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("these tests run containers and need root (CI runs as root)")
@@ -59,12 +64,18 @@ func newNodeFrom(t testing.TB, runtimeName, lib, build string) *node {
 		}
 	}
 	// A short directory: unix socket paths are limited to 108 bytes.
-	dir, err := os.MkdirTemp("", "mfe2e")
+	dir, err := os.MkdirTemp(volatile, "mfe2e")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	n.dir = dir
+	n.dir, n.disk = dir, dir
+	if volatile != "" {
+		if n.disk, err = os.MkdirTemp("", "mfe2e-disk"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(n.disk) })
+	}
 	n.socket = filepath.Join(dir, "run", "muxd.sock")
 	if lib == "" {
 		// Static busybox never runs the dynamic loader, so the file's content is not read.
@@ -83,7 +94,7 @@ log_dir = %q
 [hook]
 runtime = %q
 libxcuda = %q
-`, dir+"/state", dir+"/run", n.socket, dir+"/mps", dir+"/mpslog", runtimeName, lib)), 0o644))
+`, n.disk+"/state", dir+"/run", n.socket, dir+"/mps", dir+"/mpslog", runtimeName, lib)), 0o644))
 	must(t, os.MkdirAll(dir+"/mps", 0o755))
 	n.client = client.New(n.socket, 2*time.Second)
 	n.startMuxd(t)
@@ -204,4 +215,29 @@ __attribute__((constructor)) static void loaded(void) {
 		t.Fatalf("build the stand-in libxcuda: %v\n%s", err, out)
 	}
 	return lib
+}
+
+// hostLayout says where the start benchmarks put what a host keeps in memory. On a
+// systemd host containerd's bundles and runc's state are under /run, a tmpfs, and so is
+// muxd's run directory (the packaged policy's /run/muxflow), while muxd's registry
+// (/var/lib/muxflow) and the containers' root filesystems (containerd's snapshots under
+// /var/lib/containerd) are on disk. It returns a tmpfs directory for the first part,
+// /dev/shm where that is one, or "" to keep everything under TMPDIR: where there is no
+// such tmpfs, or where MUXFLOW_BENCH_LAYOUT=tmpdir asks for that layout.
+func hostLayout(t testing.TB) string {
+	t.Helper()
+	switch l := os.Getenv("MUXFLOW_BENCH_LAYOUT"); l {
+	case "tmpdir":
+		return ""
+	case "", "host":
+	default:
+		t.Fatalf("MUXFLOW_BENCH_LAYOUT=%q: want host or tmpdir", l)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Logf("no tmpfs at /dev/shm: bundles, runc's state and muxd's run directory stay under TMPDIR")
+		return ""
+	}
+	t.Logf("host layout: bundles, runc's state and muxd's run directory on /dev/shm (tmpfs); muxd's state and the root filesystem under TMPDIR")
+	return "/dev/shm"
 }
