@@ -29,6 +29,7 @@
 #define GS_MAGIC_GRAPH 0x47534752u
 #define GS_MAGIC_EXEC 0x47534745u
 #define GS_MAGIC_POOL 0x4753504fu
+#define GS_MAGIC_NODE 0x47534e44u
 
 struct gs_device {
 	struct gs_dev_info_reply info;
@@ -46,10 +47,21 @@ struct gs_node {
 	uint64_t bytes;
 };
 
+/* A graph is the list of its nodes in the order they were added, each after the one
+ * before (a captured stream is a chain). A destroyed node stays in the list, dead, until
+ * the graph goes: handles stay valid and destroying one costs nothing. */
+struct CUgraphNode_st {
+	uint32_t magic;
+	int dead;
+	struct CUgraph_st *g;
+	struct CUgraphNode_st *clone; /* its copy in the latest clone of its graph */
+	struct gs_node n;
+};
+
 struct CUgraph_st {
 	uint32_t magic;
-	struct gs_node *nodes;
-	size_t n, cap;
+	struct CUgraphNode_st **nodes;
+	size_t n, cap, live;
 };
 
 struct CUgraphExec_st {

@@ -56,7 +56,8 @@ static const struct entry table[] = {
 	E(cuModuleLoad), E(cuModuleLoadData), E(cuModuleUnload), E(cuModuleGetFunction), E(cuModuleGetGlobal),
 	P(cuLaunchKernel, cuLaunchKernel_ptsz), P(cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
 	P(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz),
-	E(cuGraphCreate), E(cuGraphDestroy), E(cuGraphExecDestroy), P(cuGraphLaunch, cuGraphLaunch_ptsz),
+	E(cuGraphCreate), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuGraphGetNodes), E(cuGraphGetEdges),
+	E(cuGraphNodeGetType), E(cuGraphClone), E(cuGraphNodeFindInClone), E(cuGraphDestroyNode), P(cuGraphLaunch, cuGraphLaunch_ptsz),
 };
 
 static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -198,20 +198,43 @@ static struct CUgraph_st *graph_new(void)
 	return g;
 }
 
-int gs_graph_add(struct CUgraph_st *g, const struct gs_node *n);
-int gs_graph_add(struct CUgraph_st *g, const struct gs_node *n)
+static struct CUgraphNode_st *graph_append(struct CUgraph_st *g, const struct gs_node *n)
 {
 	if (g->n == g->cap) {
 		size_t cap = g->cap ? 2 * g->cap : 16;
-		struct gs_node *p = realloc(g->nodes, cap * sizeof *p);
+		struct CUgraphNode_st **p = realloc(g->nodes, cap * sizeof *p);
 		if (p == NULL)
-			return -1;
+			return NULL;
 		g->nodes = p;
 		g->cap = cap;
 	}
-	g->nodes[g->n++] = *n;
-	return 0;
+	struct CUgraphNode_st *nd = calloc(1, sizeof *nd);
+	if (nd == NULL)
+		return NULL;
+	nd->magic = GS_MAGIC_NODE;
+	nd->g = g;
+	nd->n = *n;
+	g->nodes[g->n++] = nd;
+	g->live++;
+	return nd;
 }
+
+int gs_graph_add(struct CUgraph_st *g, const struct gs_node *n);
+int gs_graph_add(struct CUgraph_st *g, const struct gs_node *n) { return graph_append(g, n) != NULL ? 0 : -1; }
+
+static void graph_free(struct CUgraph_st *g)
+{
+	g->magic = 0;
+	for (size_t i = 0; i < g->n; i++) {
+		g->nodes[i]->magic = 0;
+		free(g->nodes[i]);
+	}
+	free(g->nodes);
+	free(g);
+}
+
+static int graph_valid(CUgraph g) { return g != NULL && g->magic == GS_MAGIC_GRAPH; }
+static int node_valid(CUgraphNode nd) { return nd != NULL && nd->magic == GS_MAGIC_NODE && !nd->dead; }
 
 GS_EXPORT CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
 {
@@ -271,11 +294,106 @@ GS_EXPORT CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
 
 GS_EXPORT CUresult cuGraphDestroy(CUgraph g)
 {
-	if (g == NULL || g->magic != GS_MAGIC_GRAPH)
+	if (!graph_valid(g))
 		return CUDA_ERROR_INVALID_VALUE;
-	g->magic = 0;
-	free(g->nodes);
-	free(g);
+	graph_free(g);
+	return CUDA_SUCCESS;
+}
+
+/* the live nodes in their order; with out NULL, how many (the driver's convention) */
+GS_EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *out, size_t *num)
+{
+	if (!graph_valid(g) || num == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (out == NULL) {
+		*num = g->live;
+		return CUDA_SUCCESS;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < g->n && k < *num; i++)
+		if (!g->nodes[i]->dead)
+			out[k++] = g->nodes[i];
+	for (size_t i = k; i < *num; i++)
+		out[i] = NULL;
+	*num = k;
+	return CUDA_SUCCESS;
+}
+
+/* each live node depends on the live node before it */
+GS_EXPORT CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, size_t *num)
+{
+	if (!graph_valid(g) || num == NULL || (from == NULL) != (to == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t edges = g->live > 0 ? g->live - 1 : 0;
+	if (from == NULL) {
+		*num = edges;
+		return CUDA_SUCCESS;
+	}
+	size_t k = 0;
+	struct CUgraphNode_st *prev = NULL;
+	for (size_t i = 0; i < g->n && k < *num; i++) {
+		if (g->nodes[i]->dead)
+			continue;
+		if (prev != NULL) {
+			from[k] = prev;
+			to[k] = g->nodes[i];
+			k++;
+		}
+		prev = g->nodes[i];
+	}
+	for (size_t i = k; i < *num; i++)
+		from[i] = to[i] = NULL;
+	*num = k;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuGraphNodeGetType(CUgraphNode nd, CUgraphNodeType *type)
+{
+	if (!node_valid(nd) || type == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!nd->n.is_copy)
+		*type = CU_GRAPH_NODE_TYPE_KERNEL;
+	else
+		*type = nd->n.kind == GS_COPY_MEMSET ? CU_GRAPH_NODE_TYPE_MEMSET : CU_GRAPH_NODE_TYPE_MEMCPY;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuGraphClone(CUgraph *out, CUgraph g)
+{
+	if (out == NULL || !graph_valid(g))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUgraph_st *c = graph_new();
+	if (c == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < g->n; i++) {
+		if (g->nodes[i]->dead)
+			continue;
+		if ((g->nodes[i]->clone = graph_append(c, &g->nodes[i]->n)) == NULL) {
+			graph_free(c);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	*out = c;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *out, CUgraphNode orig, CUgraph clone)
+{
+	if (out == NULL || !node_valid(orig) || !graph_valid(clone))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* only the latest clone is remembered, which is how clones are searched: one at a time */
+	if (orig->clone == NULL || orig->clone->g != clone || orig->clone->magic != GS_MAGIC_NODE)
+		return CUDA_ERROR_INVALID_VALUE;
+	*out = orig->clone;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuGraphDestroyNode(CUgraphNode nd)
+{
+	if (!node_valid(nd))
+		return CUDA_ERROR_INVALID_VALUE;
+	nd->dead = 1;
+	nd->g->live--;
 	return CUDA_SUCCESS;
 }
 
@@ -288,14 +406,15 @@ GS_EXPORT CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph g, unsigned long 
 	if (e == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->magic = GS_MAGIC_EXEC;
-	e->n = g->n;
-	if (g->n > 0) {
-		e->nodes = malloc(g->n * sizeof *e->nodes);
+	if (g->live > 0) {
+		e->nodes = malloc(g->live * sizeof *e->nodes);
 		if (e->nodes == NULL) {
 			free(e);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		memcpy(e->nodes, g->nodes, g->n * sizeof *e->nodes);
+		for (size_t i = 0; i < g->n; i++)
+			if (!g->nodes[i]->dead)
+				e->nodes[e->n++] = g->nodes[i]->n;
 	}
 	*pe = e;
 	return CUDA_SUCCESS;

@@ -234,6 +234,41 @@ int main(void)
 	CHECK("cuGraphLaunch again", cuGraphLaunch(ge, s), CUDA_SUCCESS);
 	CHECK("graph sync", cuStreamSynchronize(s), CUDA_SUCCESS);
 	CHECK("cuGraphExecDestroy", cuGraphExecDestroy(ge), CUDA_SUCCESS);
+
+	/* inspecting and editing a graph: a chain of its two nodes */
+	size_t nn = 0, ne = 0;
+	CUgraphNode nodes[3], from[2], to[2], cn;
+	CUgraphNodeType ty;
+	CHECK("cuGraphGetNodes count", cuGraphGetNodes(g, NULL, &nn), CUDA_SUCCESS);
+	TRUE("two nodes", nn == 2);
+	nn = 3;
+	CHECK("cuGraphGetNodes", cuGraphGetNodes(g, nodes, &nn), CUDA_SUCCESS);
+	TRUE("two nodes returned, the rest NULL", nn == 2 && nodes[2] == NULL);
+	CHECK("cuGraphNodeGetType kernel", cuGraphNodeGetType(nodes[0], &ty), CUDA_SUCCESS);
+	TRUE("the launch is a kernel node", ty == CU_GRAPH_NODE_TYPE_KERNEL);
+	CHECK("cuGraphNodeGetType memset", cuGraphNodeGetType(nodes[1], &ty), CUDA_SUCCESS);
+	TRUE("the memset is a memset node", ty == CU_GRAPH_NODE_TYPE_MEMSET);
+	CHECK("cuGraphGetEdges count", cuGraphGetEdges(g, NULL, NULL, &ne), CUDA_SUCCESS);
+	ne = 2;
+	CHECK("cuGraphGetEdges", cuGraphGetEdges(g, from, to, &ne), CUDA_SUCCESS);
+	TRUE("one edge, launch to memset", ne == 1 && from[0] == nodes[0] && to[0] == nodes[1] && from[1] == NULL);
+	CUgraph gc;
+	CHECK("cuGraphClone", cuGraphClone(&gc, g), CUDA_SUCCESS);
+	CHECK("cuGraphNodeFindInClone", cuGraphNodeFindInClone(&cn, nodes[1], gc), CUDA_SUCCESS);
+	TRUE("the clone's node is its own", cn != nodes[1]);
+	CHECK("find in the original", cuGraphNodeFindInClone(&cn, nodes[1], g), CUDA_ERROR_INVALID_VALUE);
+	CHECK("cuGraphDestroyNode", cuGraphDestroyNode(cn), CUDA_SUCCESS);
+	CHECK("destroy it again", cuGraphDestroyNode(cn), CUDA_ERROR_INVALID_VALUE);
+	nn = 0;
+	CHECK("clone's nodes", cuGraphGetNodes(gc, NULL, &nn), CUDA_SUCCESS);
+	TRUE("the clone keeps one, the original two", nn == 1 && cuGraphGetNodes(g, NULL, &ne) == CUDA_SUCCESS && ne == 2);
+	CHECK("clone edges", cuGraphGetEdges(gc, NULL, NULL, &ne), CUDA_SUCCESS);
+	TRUE("no edge left in the clone", ne == 0);
+	CHECK("instantiate the clone", cuGraphInstantiate(&ge, gc, 0), CUDA_SUCCESS);
+	CHECK("launch the clone", cuGraphLaunch(ge, s), CUDA_SUCCESS);
+	CHECK("clone sync", cuStreamSynchronize(s), CUDA_SUCCESS);
+	CHECK("destroy the clone's exec", cuGraphExecDestroy(ge), CUDA_SUCCESS);
+	CHECK("destroy the clone", cuGraphDestroy(gc), CUDA_SUCCESS);
 	CHECK("cuGraphDestroy", cuGraphDestroy(g), CUDA_SUCCESS);
 
 	void *fp = NULL;
