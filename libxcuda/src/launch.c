@@ -61,9 +61,6 @@
     if (config)                                                               \
     xc_width_note(config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, \
                   config->blockDimY, config->blockDimZ)
-/* A graph's kernels are not seen one by one: its launches note nothing. */
-#define NO_WIDTH (void)0
-
 GATED(cuLaunchKernel, cuLaunchKernel, s, GRID_WIDTH, LAUNCH_PARAMS, LAUNCH_ARGS)
 GATED(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, s, GRID_WIDTH, LAUNCH_PARAMS, LAUNCH_ARGS)
 GATED(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, s, GRID_WIDTH, COOP_PARAMS, COOP_ARGS)
@@ -71,5 +68,4 @@ GATED(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_ptsz, s, GRID_WI
       COOP_ARGS)
 GATED(cuLaunchKernelEx, cuLaunchKernelEx, EX_STREAM, EX_WIDTH, EX_PARAMS, EX_ARGS)
 GATED(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_ptsz, EX_STREAM, EX_WIDTH, EX_PARAMS, EX_ARGS)
-GATED(cuGraphLaunch, cuGraphLaunch, s, NO_WIDTH, (CUgraphExec g, CUstream s), (g, s))
-GATED(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz, s, NO_WIDTH, (CUgraphExec g, CUstream s), (g, s))
+/* cuGraphLaunch and cuGraphLaunch_ptsz are in graph.c. */

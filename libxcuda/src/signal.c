@@ -543,6 +543,23 @@ void xc_signal_launch(void)
     }
 }
 
+void xc_signal_note_ended(void)
+{
+    if (xc_sig.n == 0 || xc_sig.pub)
+        return;
+    uint64_t now = xc_now_mono_ns(), last = 0;
+    for (unsigned i = 0; i < xc_sig.n; i++) {
+        uint64_t t = XC_LOAD(&slot_at(i)->idle_ns);
+        if (t > last && t <= now)
+            last = t;
+    }
+    if (last == 0 || now - last >= XCUDA_SHRINK_NS || last <= XC_LOAD(&online_seen))
+        return;
+    XC_STORE(&online_seen, last);
+    if (!xc_signal_fitted())
+        follow_slow(1);
+}
+
 int xc_signal_bounds_slow(void)
 {
     return XC_LOAD(&online_seen) != 0 && xc_signal_online_recent(xc_now_mono_ns());

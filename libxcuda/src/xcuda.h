@@ -8,6 +8,7 @@
  *   entry.c    dlsym and cuGetProcAddress
  *   signals.c  SIGINT/SIGTERM drain
  *   signal.c   online-aware gating through the node's GPU signal page
+ *   graph.c    CUDA graphs: instantiation, and long graphs launched in chunks
  */
 #ifndef XCUDA_INTERNAL_H
 #define XCUDA_INTERNAL_H
@@ -117,6 +118,30 @@ struct xc_real {
     xc_launch_ex_fn cuLaunchKernelEx, cuLaunchKernelEx_ptsz;
     xc_launch_coop_fn cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz;
     xc_graph_launch_fn cuGraphLaunch, cuGraphLaunch_ptsz;
+    /* graphs: instantiation (every ABI), what changes an instantiated graph, and what
+     * splitting one takes (graph.c) */
+    CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*cuGraphInstantiate_v1)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+    CUresult (*cuGraphInstantiate_v2)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+    CUresult (*cuGraphInstantiateWithParams)(CUgraphExec *, CUgraph,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *);
+    CUresult (*cuGraphInstantiateWithParams_ptsz)(CUgraphExec *, CUgraph,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS *);
+    CUresult (*cuGraphExecDestroy)(CUgraphExec);
+    CUresult (*cuGraphExecUpdate_v1)(CUgraphExec, CUgraph, CUgraphNode *, void *);
+    CUresult (*cuGraphExecUpdate_v2)(CUgraphExec, CUgraph, void *);
+    CUresult (*cuGraphExecKernelNodeSetParams_v1)(CUgraphExec, CUgraphNode, const void *);
+    CUresult (*cuGraphExecKernelNodeSetParams_v2)(CUgraphExec, CUgraphNode, const void *);
+    CUresult (*cuGraphExecNodeSetParams)(CUgraphExec, CUgraphNode, void *);
+    CUresult (*cuGraphNodeSetEnabled)(CUgraphExec, CUgraphNode, unsigned);
+    CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
+    CUresult (*cuGraphGetEdges)(CUgraph, CUgraphNode *, CUgraphNode *, size_t *);
+    CUresult (*cuGraphNodeGetType)(CUgraphNode, CUgraphNodeType *);
+    CUresult (*cuGraphClone)(CUgraph *, CUgraph);
+    CUresult (*cuGraphNodeFindInClone)(CUgraphNode *, CUgraphNode, CUgraph);
+    CUresult (*cuGraphDestroyNode)(CUgraphNode);
+    CUresult (*cuGraphDestroy)(CUgraph);
+    CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
     xc_gpa2_fn cuGetProcAddress_v2;
     xc_gpa1_fn cuGetProcAddress_v1;
 };
@@ -270,6 +295,11 @@ void xc_signal_launch(void);
 int xc_signal_online_seen(uint64_t now);
 int xc_signal_online_recent(uint64_t now);
 
+/* Offline: online work that ended since this process last looked (a slot's idle_ns
+ * within XCUDA_SHRINK_NS) counts as seen. A process whose launches are far apart (a long
+ * graph) would otherwise see only the requests in flight at its launches. */
+void xc_signal_note_ended(void);
+
 /* Online: a synchronisation returned, or the process exits: nothing pending. */
 void xc_signal_idle(void);
 
@@ -298,6 +328,26 @@ static inline int xc_signal_bounds(void)
         return XC_LOAD(&xc_sig.w0) == &xc_never_quiet[0];
     return xc_signal_bounds_slow();
 }
+
+/* ---- graph.c ---- */
+/* Wrappers whose exported names NVIDIA's header maps to other ones, or does not declare. */
+CUresult xc_graph_instantiate_v1(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,
+                                 size_t logsz) __asm__("cuGraphInstantiate");
+CUresult cuGraphInstantiate_v2(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,
+                               size_t logsz);
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *pe, CUgraph g,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS *p);
+CUresult xc_graph_exec_update_v1(CUgraphExec e, CUgraph g, CUgraphNode *err, void *res)
+    __asm__("cuGraphExecUpdate");
+CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, void *info);
+CUresult xc_graph_kernel_params_v1(CUgraphExec e, CUgraphNode n, const void *p)
+    __asm__("cuGraphExecKernelNodeSetParams");
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, const void *p);
+CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, void *p);
+CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode n, unsigned int on);
+/* Execs an offline process instantiated in chunks (see graph.c); 0 keeps the graph
+ * launch's fast path as it was. */
+extern _Atomic unsigned xc_graph_splits;
 
 /* ---- width.c ---- */
 /* Online: notes the shape of a launch that took the slow path (see width.c). */

@@ -20,7 +20,11 @@ for s in cuInit cuGetProcAddress cuGetProcAddress_v2 cuCtxCreate_v2 cuCtxCreate_
          cuArray3DCreate_v2 cuArrayDestroy cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx \
          cuLaunchKernelEx_ptsz cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz \
          cuGraphLaunch cuGraphLaunch_ptsz cuCtxSynchronize cuStreamSynchronize \
-         cuStreamSynchronize_ptsz cuEventSynchronize sigaction signal; do
+         cuStreamSynchronize_ptsz cuEventSynchronize cuGraphInstantiate cuGraphInstantiate_v2 \
+         cuGraphInstantiateWithFlags cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz \
+         cuGraphExecDestroy cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphExecKernelNodeSetParams \
+         cuGraphExecKernelNodeSetParams_v2 cuGraphExecNodeSetParams cuGraphNodeSetEnabled \
+         sigaction signal; do
   need "$s XCUDA_1"
 done
 if grep -q "cuGetExportTable" <<<"$syms"; then echo "symbols.sh: cuGetExportTable must not be exported"; fail=1; fi

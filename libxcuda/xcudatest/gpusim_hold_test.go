@@ -53,15 +53,16 @@ func holdRun(t *testing.T, role ctlblock.SignalRole) (inferResult, trainResult) 
 	return lastJSON[inferResult](t, string(out)), lastJSON[trainResult](t, tout.String())
 }
 
-// mpsPair starts one simulated H100 with MPS and returns two harnesses on it that share a
-// GPU signal page: an online one (publishing to slot 0) and an offline one with offLim.
-func mpsPair(t *testing.T, offLim ctlblock.Limits) (on, off *harness, d *simclient.Daemon, page *ctlblock.SignalPage) {
+// mpsPair starts one simulated H100 with MPS (gpusimd started with simArgs) and returns
+// two harnesses on it that share a GPU signal page: an online one (publishing to slot 0)
+// and an offline one with offLim.
+func mpsPair(t *testing.T, offLim ctlblock.Limits, simArgs ...string) (on, off *harness, d *simclient.Daemon, page *ctlblock.SignalPage) {
 	t.Helper()
 	page = signalPage(t)
 	onLim := ctlblock.Unlimited()
 	onLim.Signal = ctlblock.Signal{Role: ctlblock.SignalPublish, GPUs: 1}
 	on = newHarness(t, onLim)
-	d = on.useGpusim(t)
+	d = on.useGpusim(t, simArgs...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := d.StartMPS(ctx); err != nil {

@@ -66,13 +66,13 @@ func (h *harness) env() []string {
 	return append(env, h.extraEnv...)
 }
 
-// useGpusim points the harness at a fresh gpusimd (one simulated H100)
-// and its fake libcuda instead of the stub driver.
-func (h *harness) useGpusim(t testing.TB) *simclient.Daemon {
+// useGpusim points the harness at a fresh gpusimd (one simulated H100, started with
+// args) and its fake libcuda instead of the stub driver.
+func (h *harness) useGpusim(t testing.TB, args ...string) *simclient.Daemon {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	d, err := simclient.Start(ctx, simclient.Options{GPUs: "h100"})
+	d, err := simclient.Start(ctx, simclient.Options{GPUs: "h100", Args: args})
 	if err != nil {
 		t.Fatalf("start gpusim (needs `make build`): %v", err)
 	}

@@ -1,0 +1,455 @@
+/* graph.c — CUDA graphs: their launches, and long graphs of an offline process
+ * launched in chunks.
+ *
+ * The gate sees a cuGraphLaunch as one launch, so the hold and the bounded queue act
+ * only between graphs: a job whose step is one graph of 25 ms kept its kernels queued
+ * through every online request that arrived meanwhile (docs/results.md,
+ * t4-graph-fill). So when an offline process (signal role follow) instantiates a graph
+ * whose nodes are all kernels (or empty), libxcuda also instantiates it in chunks of
+ * consecutive nodes, in a topological order, each a clone of the graph with the other
+ * nodes destroyed. While online work is recent on its GPU (xc_signal_bounds) a launch
+ * of that graph is its chunks, one after another on the same stream, each held and
+ * bounded by the gate as a launch is; otherwise it is the whole graph, as before.
+ *
+ * What the whole graph promises is kept: the chunks run in an order its edges allow,
+ * a launch of the graph is ordered after the previous one even on another stream (an
+ * event recorded where it ran), and once anything changes the instantiated graph
+ * (cuGraphExecUpdate, node parameters or enabling) its chunks are no longer used. Graphs
+ * with other nodes (copies, host calls, memory, events, child graphs, conditionals),
+ * device-launchable ones and graphs of one node are never split. Until a process has a
+ * split graph, a graph launch's fast path is what it was. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xcuda.h"
+
+/* At most this many chunks: a graph of more kernels gets chunks of several. */
+#define XC_GRAPH_CHUNKS 32u
+
+_Atomic unsigned xc_graph_splits;
+
+struct split {
+    CUgraphExec exec;
+    CUgraphExec *chunks;
+    unsigned n;
+    int stale;   /* the exec was changed: launch it whole */
+    CUstream last;
+    int launched;
+    CUevent ev; /* orders a launch on another stream after the last one */
+    struct split *next;
+};
+
+static pthread_mutex_t splits_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct split *splits;
+
+static struct split *find_locked(CUgraphExec e)
+{
+    for (struct split *s = splits; s != NULL; s = s->next)
+        if (s->exec == e)
+            return s;
+    return NULL;
+}
+
+static void destroy_chunks(CUgraphExec *chunks, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (chunks[i] != NULL)
+            xc_real.cuGraphExecDestroy(chunks[i]);
+    free(chunks);
+}
+
+/* order puts the graph's nodes in a topological order (Kahn's); 0 on success. */
+static int order(CUgraph g, CUgraphNode *nodes, size_t n, CUgraphNode *out)
+{
+    size_t ne = 0;
+    if (xc_real.cuGraphGetEdges(g, NULL, NULL, &ne) != CUDA_SUCCESS)
+        return -1;
+    CUgraphNode *from = calloc(ne + 1, sizeof *from), *to = calloc(ne + 1, sizeof *to);
+    size_t *indeg = calloc(n, sizeof *indeg), *head = calloc(n, sizeof *head);
+    size_t *idx_from = calloc(ne + 1, sizeof *idx_from), *idx_to = calloc(ne + 1, sizeof *idx_to);
+    int rc = -1;
+    if (from == NULL || to == NULL || indeg == NULL || head == NULL || idx_from == NULL ||
+        idx_to == NULL)
+        goto out;
+    size_t got = ne;
+    if (ne > 0 && (xc_real.cuGraphGetEdges(g, from, to, &got) != CUDA_SUCCESS || got != ne))
+        goto out;
+    /* node handle -> index: n is small (a graph's nodes), so a scan per edge end */
+    for (size_t k = 0; k < ne; k++) {
+        idx_from[k] = idx_to[k] = n;
+        for (size_t i = 0; i < n; i++) {
+            if (nodes[i] == from[k])
+                idx_from[k] = i;
+            if (nodes[i] == to[k])
+                idx_to[k] = i;
+        }
+        if (idx_from[k] == n || idx_to[k] == n)
+            goto out;
+        indeg[idx_to[k]]++;
+    }
+    size_t qh = 0, qt = 0;
+    for (size_t i = 0; i < n; i++)
+        if (indeg[i] == 0)
+            head[qt++] = i;
+    size_t done = 0;
+    while (qh < qt) {
+        size_t i = head[qh++];
+        out[done++] = nodes[i];
+        for (size_t k = 0; k < ne; k++)
+            if (idx_from[k] == i && --indeg[idx_to[k]] == 0)
+                head[qt++] = idx_to[k];
+    }
+    rc = done == n ? 0 : -1;
+out:
+    free(from);
+    free(to);
+    free(indeg);
+    free(head);
+    free(idx_from);
+    free(idx_to);
+    return rc;
+}
+
+/* chunk instantiates the nodes [lo, hi) of ord: a clone of g without the others. */
+static CUresult chunk(CUgraph g, CUgraphNode *ord, size_t n, size_t lo, size_t hi,
+                      unsigned long long flags, CUgraphExec *out)
+{
+    CUgraph c;
+    CUresult r = xc_real.cuGraphClone(&c, g);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        if (i >= lo && i < hi)
+            continue;
+        CUgraphNode cn;
+        r = xc_real.cuGraphNodeFindInClone(&cn, ord[i], c);
+        if (r == CUDA_SUCCESS)
+            r = xc_real.cuGraphDestroyNode(cn);
+    }
+    if (r == CUDA_SUCCESS)
+        r = xc_real.cuGraphInstantiateWithFlags(out, c, flags);
+    xc_real.cuGraphDestroy(c);
+    return r;
+}
+
+/* split instantiates g in chunks for exec e, when this process follows online work
+ * and g is a graph of kernels; nothing happens otherwise or when any step fails. */
+static void split(CUgraphExec e, CUgraph g, unsigned long long flags)
+{
+    if (xc_sig.pub || xc_sig.n == 0 || (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH))
+        return;
+    const char *off = getenv("XCUDA_GRAPH_SPLIT"); /* "0": launch graphs whole */
+    if (off != NULL && strcmp(off, "0") == 0)
+        return;
+    if (xc_real.cuGraphGetNodes == NULL || xc_real.cuGraphGetEdges == NULL ||
+        xc_real.cuGraphNodeGetType == NULL || xc_real.cuGraphClone == NULL ||
+        xc_real.cuGraphNodeFindInClone == NULL || xc_real.cuGraphDestroyNode == NULL ||
+        xc_real.cuGraphDestroy == NULL || xc_real.cuGraphInstantiateWithFlags == NULL ||
+        xc_real.cuGraphExecDestroy == NULL || xc_real.cuStreamWaitEvent == NULL)
+        return;
+    size_t n = 0;
+    if (xc_real.cuGraphGetNodes(g, NULL, &n) != CUDA_SUCCESS || n < 2)
+        return;
+    CUgraphNode *nodes = calloc(n, sizeof *nodes), *ord = calloc(n, sizeof *ord);
+    struct split *s = calloc(1, sizeof *s);
+    size_t got = n, kernels = 0;
+    if (nodes == NULL || ord == NULL || s == NULL ||
+        xc_real.cuGraphGetNodes(g, nodes, &got) != CUDA_SUCCESS || got != n)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        CUgraphNodeType t;
+        if (xc_real.cuGraphNodeGetType(nodes[i], &t) != CUDA_SUCCESS)
+            goto fail;
+        if (t == CU_GRAPH_NODE_TYPE_KERNEL)
+            kernels++;
+        else if (t != CU_GRAPH_NODE_TYPE_EMPTY)
+            goto fail;
+    }
+    if (kernels < 2 || order(g, nodes, n, ord) != 0)
+        goto fail;
+    size_t per = (n + XC_GRAPH_CHUNKS - 1) / XC_GRAPH_CHUNKS;
+    s->n = (unsigned)((n + per - 1) / per);
+    if ((s->chunks = calloc(s->n, sizeof *s->chunks)) == NULL)
+        goto fail;
+    flags &= ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    for (unsigned i = 0; i < s->n; i++) {
+        size_t lo = i * per, hi = lo + per < n ? lo + per : n;
+        CUresult r = chunk(g, ord, n, lo, hi, flags, &s->chunks[i]);
+        if (r != CUDA_SUCCESS) {
+            xc_log("graph %p: chunk %u of %u not instantiated (%d): launched whole", (void *)e,
+                   i, s->n, (int)r);
+            goto fail;
+        }
+    }
+    s->exec = e;
+    pthread_mutex_lock(&splits_mu);
+    s->next = splits;
+    splits = s;
+    atomic_fetch_add_explicit(&xc_graph_splits, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&splits_mu);
+    xc_log("graph %p: %zu nodes in %u chunks while online work is recent", (void *)e, n, s->n);
+    free(nodes);
+    free(ord);
+    return;
+fail:
+    if (s != NULL)
+        destroy_chunks(s->chunks, s->n);
+    free(s);
+    free(nodes);
+    free(ord);
+}
+
+/* ---- instantiation: every ABI ---- */
+
+XC_EXPORT CUresult xc_graph_instantiate_v1(CUgraphExec *pe, CUgraph g, CUgraphNode *err,
+                                           char *log, size_t logsz)
+{
+    __typeof__(xc_real.cuGraphInstantiate_v1) real = XC_REAL(cuGraphInstantiate_v1);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = real(pe, g, err, log, logsz);
+    if (r == CUDA_SUCCESS && pe != NULL && !xc_tls_inside)
+        split(*pe, g, 0);
+    return r;
+}
+
+XC_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,
+                                         size_t logsz)
+{
+    __typeof__(xc_real.cuGraphInstantiate_v2) real = XC_REAL(cuGraphInstantiate_v2);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = real(pe, g, err, log, logsz);
+    if (r == CUDA_SUCCESS && pe != NULL && !xc_tls_inside)
+        split(*pe, g, 0);
+    return r;
+}
+
+XC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g,
+                                               unsigned long long flags)
+{
+    __typeof__(xc_real.cuGraphInstantiateWithFlags) real = XC_REAL(cuGraphInstantiateWithFlags);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = real(pe, g, flags);
+    if (r == CUDA_SUCCESS && pe != NULL && !xc_tls_inside)
+        split(*pe, g, flags);
+    return r;
+}
+
+static CUresult instantiate_params(__typeof__(xc_real.cuGraphInstantiateWithParams) real,
+                                   CUgraphExec *pe, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = real(pe, g, p);
+    if (r == CUDA_SUCCESS && pe != NULL && p != NULL && !xc_tls_inside)
+        split(*pe, g, p->flags);
+    return r;
+}
+
+XC_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *pe, CUgraph g,
+                                                CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    return instantiate_params(XC_REAL(cuGraphInstantiateWithParams), pe, g, p);
+}
+
+XC_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *pe, CUgraph g,
+                                                     CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    return instantiate_params(XC_REAL(cuGraphInstantiateWithParams_ptsz), pe, g, p);
+}
+
+/* ---- what changes an instantiated graph: its chunks are no longer used ---- */
+
+static void stale(CUgraphExec e)
+{
+    if (atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&splits_mu);
+    struct split *s = find_locked(e);
+    if (s != NULL && !s->stale) {
+        s->stale = 1;
+        xc_log("graph %p changed: launched whole from now on", (void *)e);
+    }
+    pthread_mutex_unlock(&splits_mu);
+}
+
+XC_EXPORT CUresult xc_graph_exec_update_v1(CUgraphExec e, CUgraph g, CUgraphNode *err, void *res)
+{
+    __typeof__(xc_real.cuGraphExecUpdate_v1) real = XC_REAL(cuGraphExecUpdate_v1);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    stale(e);
+    return real(e, g, err, res);
+}
+
+XC_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, void *info)
+{
+    __typeof__(xc_real.cuGraphExecUpdate_v2) real = XC_REAL(cuGraphExecUpdate_v2);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    stale(e);
+    return real(e, g, info);
+}
+
+XC_EXPORT CUresult xc_graph_kernel_params_v1(CUgraphExec e, CUgraphNode n, const void *p)
+{
+    __typeof__(xc_real.cuGraphExecKernelNodeSetParams_v1) real =
+        XC_REAL(cuGraphExecKernelNodeSetParams_v1);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    stale(e);
+    return real(e, n, p);
+}
+
+XC_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, const void *p)
+{
+    __typeof__(xc_real.cuGraphExecKernelNodeSetParams_v2) real =
+        XC_REAL(cuGraphExecKernelNodeSetParams_v2);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    stale(e);
+    return real(e, n, p);
+}
+
+XC_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, void *p)
+{
+    __typeof__(xc_real.cuGraphExecNodeSetParams) real = XC_REAL(cuGraphExecNodeSetParams);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    stale(e);
+    return real(e, n, p);
+}
+
+XC_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode n, unsigned int on)
+{
+    __typeof__(xc_real.cuGraphNodeSetEnabled) real = XC_REAL(cuGraphNodeSetEnabled);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    stale(e);
+    return real(e, n, on);
+}
+
+XC_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+    __typeof__(xc_real.cuGraphExecDestroy) real = XC_REAL(cuGraphExecDestroy);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    if (atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) != 0) {
+        pthread_mutex_lock(&splits_mu);
+        struct split **pp = &splits;
+        while (*pp != NULL && (*pp)->exec != e)
+            pp = &(*pp)->next;
+        struct split *s = *pp;
+        if (s != NULL) {
+            *pp = s->next;
+            atomic_fetch_sub_explicit(&xc_graph_splits, 1, memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&splits_mu);
+        if (s != NULL) {
+            destroy_chunks(s->chunks, s->n);
+            if (s->ev != NULL)
+                xc_real.cuEventDestroy(s->ev);
+            free(s);
+        }
+    }
+    return real(e);
+}
+
+/* ---- launches ---- */
+
+/* one gated launch of exec g: what launch.c's slow path does for a kernel */
+static CUresult gated(xc_graph_launch_fn real, CUgraphExec g, CUstream s)
+{
+    if (xc_gate_open() && !xc_signal_bounds())
+        return xc_note_sticky(real(g, s));
+    struct xc_ticket t;
+    CUresult gr = xc_gate_slow(s, &t);
+    if (gr != CUDA_SUCCESS)
+        return gr;
+    xc_tls_inside = 1;
+    CUresult r = real(g, s);
+    xc_tls_inside = 0;
+    xc_gate_done(s, &t, r);
+    return xc_note_sticky(r);
+}
+
+/* follows puts stream s after the last launch of a split exec that ran elsewhere
+ * (launches of one graph are ordered, and its chunks are other graphs); lock held. */
+static void follows(struct split *sp, CUstream s)
+{
+    if (!sp->launched || sp->last == s)
+        return;
+    if (sp->ev == NULL && xc_real.cuEventCreate(&sp->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        sp->ev = NULL;
+        return;
+    }
+    if (xc_real.cuEventRecord(sp->ev, sp->last) == CUDA_SUCCESS)
+        xc_real.cuStreamWaitEvent(s, sp->ev, 0);
+}
+
+static int capturing(CUstream s)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return xc_real.cuStreamIsCapturing == NULL || xc_real.cuStreamIsCapturing(s, &st) != CUDA_SUCCESS ||
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+__attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CUgraphExec g,
+                                                     CUstream s)
+{
+    if (real == NULL)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if ((xc_tls_launches & XC_FLUSH_MASK) == 0)
+        xc_flush_launches();
+    if (xc_tls_inside)
+        return xc_note_sticky(real(g, s));
+    xc_signal_launch();
+    if (atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0)
+        return gated(real, g, s);
+    /* Launches of a split graph are serialised here: they are a step's, not a kernel's. */
+    pthread_mutex_lock(&splits_mu);
+    struct split *sp = find_locked(g);
+    if (sp == NULL) {
+        pthread_mutex_unlock(&splits_mu);
+        return gated(real, g, s);
+    }
+    xc_tls_inside = 1;
+    follows(sp, s);
+    xc_signal_note_ended();
+    int chunks = !sp->stale && xc_signal_bounds() && !capturing(s);
+    xc_tls_inside = 0;
+    CUresult r = CUDA_SUCCESS;
+    if (!chunks) {
+        r = gated(real, g, s);
+    } else {
+        for (unsigned i = 0; i < sp->n && r == CUDA_SUCCESS; i++) {
+            if (i > 0)
+                xc_signal_launch();
+            r = gated(real, sp->chunks[i], s);
+        }
+    }
+    sp->last = s;
+    sp->launched = 1;
+    pthread_mutex_unlock(&splits_mu);
+    return r;
+}
+
+/* The fast path is launch.c's, with one more relaxed load: no split graph yet. */
+#define GRAPH_LAUNCH(name, field)                                                          \
+    XC_EXPORT CUresult name(CUgraphExec g, CUstream s)                                     \
+    {                                                                                      \
+        if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) {         \
+            xc_graph_launch_fn real_ = xc_real.field;                                      \
+            if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & XC_FLUSH_MASK) != 0 &&     \
+                          atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0 && \
+                          xc_gate_open() && xc_signal_quiet()))                            \
+                return real_(g, s);                                                        \
+        }                                                                                  \
+        return graph_slow(XC_REAL(field), g, s);                                           \
+    }
+
+GRAPH_LAUNCH(cuGraphLaunch, cuGraphLaunch)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz)

@@ -1,0 +1,116 @@
+package xcudatest
+
+import (
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+)
+
+// graphRun runs gpusim's train replaying its step as one CUDA graph (20 kernels, about
+// 15 ms on an H100) as an offline process that follows the signal page, beside GPU-filling
+// online requests, and returns the share of its kernels queued while those came that
+// gpusimd queued within 20 µs of the kernel before them: a graph launched whole queues
+// all its kernels at once, one launched in chunks while online work is recent (each held
+// and bounded by the gate) one chunk at a time.
+func graphRun(t *testing.T, extraEnv ...string) float64 {
+	t.Helper()
+	trace := filepath.Join(t.TempDir(), "ops.csv")
+	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 10000, Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1}},
+		"-op-trace", trace)
+	if err := page.SetFollowers([]uint32{1}); err != nil { // as muxd keeps it
+		t.Fatal(err)
+	}
+	off.extraEnv = append(off.extraEnv, extraEnv...)
+	train := off.gpusimCommand(d, "train", "--duration", "4", "--mem", "64M", "--kernels", "20",
+		"--kernel-us", "500", "--graph")
+	var tout strings.Builder
+	train.Stdout, train.Stderr = &tout, &tout
+	if err := train.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	infer := on.gpusimCommand(d, "infer", "--rate", "constant:40", "--duration", "3", "--kernels", "1",
+		"--kernel-us", "1500", "--grid", "1056")
+	if out, err := infer.CombinedOutput(); err != nil {
+		t.Fatalf("infer: %v\n%s", err, out)
+	}
+	if err := train.Wait(); err != nil {
+		t.Fatalf("train: %v\n%s", err, tout.String())
+	}
+	if r := lastJSON[trainResult](t, tout.String()); r.Iterations == 0 || r.Errors != 0 {
+		t.Fatalf("train: %+v", r)
+	}
+	d.Stop() // flushes the trace
+	f, err := os.Open(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) < 2 {
+		t.Fatalf("op trace: %v (%d rows)", err, len(rows))
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	// the offline kernels queued while online requests came
+	offPID, onPID := strconv.Itoa(train.Process.Pid), strconv.Itoa(infer.Process.Pid)
+	type op struct{ queued, end float64 }
+	var ops, online []op
+	for _, r := range rows[1:] {
+		if r[col["kind"]] != "kernel" {
+			continue
+		}
+		q, _ := strconv.ParseFloat(r[col["queued_us"]], 64)
+		e, _ := strconv.ParseFloat(r[col["end_us"]], 64)
+		switch r[col["pid"]] {
+		case offPID:
+			ops = append(ops, op{q, e})
+		case onPID:
+			online = append(online, op{q, e})
+		}
+	}
+	if len(online) == 0 {
+		t.Fatal("no online kernel in the trace")
+	}
+	first, last := online[0].queued, online[0].end
+	for _, o := range online {
+		first, last = min(first, o.queued), max(last, o.end)
+	}
+	ops = slices.DeleteFunc(ops, func(o op) bool { return o.queued < first || o.queued > last })
+	sort.Slice(ops, func(i, j int) bool { return ops[i].queued < ops[j].queued })
+	if len(ops) < 100 {
+		t.Fatalf("only %d offline kernels in the trace", len(ops))
+	}
+	together := 0
+	for i := 1; i < len(ops); i++ {
+		if ops[i].queued-ops[i-1].queued < 20 {
+			together++
+		}
+	}
+	frac := float64(together) / float64(len(ops)-1)
+	t.Logf("%v: %d offline kernels while online requests came, %.0f%% queued within 20 µs of the one before",
+		extraEnv, len(ops), 100*frac)
+	return frac
+}
+
+// TestGpusimSplitsLongGraphs: an offline process's graph of kernels is launched in
+// chunks, each held and bounded by the gate, while online work is recent on its GPU —
+// and whole with XCUDA_GRAPH_SPLIT=0 (docs/results.md, t4-graph-fill).
+func TestGpusimSplitsLongGraphs(t *testing.T) {
+	if split := graphRun(t); split > 0.4 {
+		t.Errorf("with graphs split, %.0f%% of the offline kernels were queued together with the one before, want few", 100*split)
+	}
+	if whole := graphRun(t, "XCUDA_GRAPH_SPLIT=0"); whole < 0.8 {
+		t.Errorf("with XCUDA_GRAPH_SPLIT=0, %.0f%% of the offline kernels were queued together with the one before, want most", 100*whole)
+	}
+}
