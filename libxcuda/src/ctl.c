@@ -334,6 +334,7 @@ static void atfork_child(void)
     atomic_store(&xc_stopping, 0);
     xc_mem_atfork_child();
     xc_gate_atfork_child();
+    xc_graph_atfork_child();
 }
 
 __attribute__((constructor)) static void xc_init(void)

@@ -358,6 +358,15 @@ XC_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
     return real(e);
 }
 
+void xc_graph_atfork_child(void)
+{
+    /* The parent's graphs are not the child's to launch (CUDA does not survive a fork):
+     * forget them, leaving their memory be. */
+    pthread_mutex_init(&splits_mu, NULL);
+    splits = NULL;
+    atomic_store(&xc_graph_splits, 0);
+}
+
 /* ---- launches ---- */
 
 /* one gated launch of exec g: what launch.c's slow path does for a kernel */

@@ -348,6 +348,7 @@ CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode n, unsigned int on);
 /* Execs an offline process instantiated in chunks (see graph.c); 0 keeps the graph
  * launch's fast path as it was. */
 extern _Atomic unsigned xc_graph_splits;
+void xc_graph_atfork_child(void);
 
 /* ---- width.c ---- */
 /* Online: notes the shape of a launch that took the slow path (see width.c). */
