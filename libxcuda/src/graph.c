@@ -59,55 +59,84 @@ static void destroy_chunks(CUgraphExec *chunks, unsigned n)
     free(chunks);
 }
 
-/* order puts the graph's nodes in a topological order (Kahn's); 0 on success. */
+struct node_at {
+    CUgraphNode node;
+    size_t i;
+};
+
+static int by_node(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const struct node_at *)a)->node;
+    uintptr_t y = (uintptr_t)((const struct node_at *)b)->node;
+    return x < y ? -1 : x > y;
+}
+
+/* index_of is node's index in nodes (sorted by_node), or n when it is not there. */
+static size_t index_of(const struct node_at *at, size_t n, CUgraphNode node)
+{
+    struct node_at key = {node, 0};
+    const struct node_at *f = bsearch(&key, at, n, sizeof *at, by_node);
+    return f != NULL ? f->i : n;
+}
+
+/* order puts the graph's n nodes in a topological order (Kahn's); 0 on success. */
 static int order(CUgraph g, CUgraphNode *nodes, size_t n, CUgraphNode *out)
 {
     size_t ne = 0;
     if (xc_real.cuGraphGetEdges(g, NULL, NULL, &ne) != CUDA_SUCCESS)
         return -1;
     CUgraphNode *from = calloc(ne + 1, sizeof *from), *to = calloc(ne + 1, sizeof *to);
-    size_t *indeg = calloc(n, sizeof *indeg), *head = calloc(n, sizeof *head);
-    size_t *idx_from = calloc(ne + 1, sizeof *idx_from), *idx_to = calloc(ne + 1, sizeof *idx_to);
+    struct node_at *at = calloc(n, sizeof *at);
+    /* the edges as arrays of indexes, grouped by their tail (first[i]..first[i+1]) */
+    size_t *first = calloc(n + 1, sizeof *first), *succ = calloc(ne + 1, sizeof *succ);
+    size_t *tail = calloc(ne + 1, sizeof *tail), *head = calloc(ne + 1, sizeof *head);
+    size_t *indeg = calloc(n, sizeof *indeg), *queue = calloc(n, sizeof *queue);
     int rc = -1;
-    if (from == NULL || to == NULL || indeg == NULL || head == NULL || idx_from == NULL ||
-        idx_to == NULL)
+    if (from == NULL || to == NULL || at == NULL || first == NULL || succ == NULL ||
+        tail == NULL || head == NULL || indeg == NULL || queue == NULL)
         goto out;
     size_t got = ne;
     if (ne > 0 && (xc_real.cuGraphGetEdges(g, from, to, &got) != CUDA_SUCCESS || got != ne))
         goto out;
-    /* node handle -> index: n is small (a graph's nodes), so a scan per edge end */
+    for (size_t i = 0; i < n; i++)
+        at[i] = (struct node_at){nodes[i], i};
+    qsort(at, n, sizeof *at, by_node);
     for (size_t k = 0; k < ne; k++) {
-        idx_from[k] = idx_to[k] = n;
-        for (size_t i = 0; i < n; i++) {
-            if (nodes[i] == from[k])
-                idx_from[k] = i;
-            if (nodes[i] == to[k])
-                idx_to[k] = i;
-        }
-        if (idx_from[k] == n || idx_to[k] == n)
+        tail[k] = index_of(at, n, from[k]);
+        head[k] = index_of(at, n, to[k]);
+        if (tail[k] == n || head[k] == n)
             goto out;
-        indeg[idx_to[k]]++;
+        first[tail[k] + 1]++;
+        indeg[head[k]]++;
     }
+    for (size_t i = 0; i < n; i++)
+        first[i + 1] += first[i];
+    /* queue is free until the search: it counts each tail's successors placed so far */
+    for (size_t k = 0; k < ne; k++)
+        succ[first[tail[k]] + queue[tail[k]]++] = head[k];
+    memset(queue, 0, n * sizeof *queue);
     size_t qh = 0, qt = 0;
     for (size_t i = 0; i < n; i++)
         if (indeg[i] == 0)
-            head[qt++] = i;
-    size_t done = 0;
+            queue[qt++] = i;
     while (qh < qt) {
-        size_t i = head[qh++];
-        out[done++] = nodes[i];
-        for (size_t k = 0; k < ne; k++)
-            if (idx_from[k] == i && --indeg[idx_to[k]] == 0)
-                head[qt++] = idx_to[k];
+        size_t i = queue[qh++];
+        out[qh - 1] = nodes[i];
+        for (size_t k = first[i]; k < first[i + 1]; k++)
+            if (--indeg[succ[k]] == 0)
+                queue[qt++] = succ[k];
     }
-    rc = done == n ? 0 : -1;
+    rc = qh == n ? 0 : -1;
 out:
     free(from);
     free(to);
-    free(indeg);
+    free(at);
+    free(first);
+    free(succ);
+    free(tail);
     free(head);
-    free(idx_from);
-    free(idx_to);
+    free(indeg);
+    free(queue);
     return rc;
 }
 
@@ -200,31 +229,57 @@ fail:
     free(ord);
 }
 
+/* forget drops exec e's chunks, if it has any. */
+static void forget(CUgraphExec e)
+{
+    if (atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&splits_mu);
+    struct split **pp = &splits;
+    while (*pp != NULL && (*pp)->exec != e)
+        pp = &(*pp)->next;
+    struct split *s = *pp;
+    if (s != NULL) {
+        *pp = s->next;
+        atomic_fetch_sub_explicit(&xc_graph_splits, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&splits_mu);
+    if (s != NULL) {
+        destroy_chunks(s->chunks, s->n);
+        if (s->ev != NULL)
+            xc_real.cuEventDestroy(s->ev);
+        free(s);
+    }
+}
+
+/* instantiated: the driver made exec e from g. An exec at the same address as one
+ * libxcuda split is a new one (the old one was destroyed some way libxcuda did not see). */
+static void instantiated(CUgraphExec e, CUgraph g, unsigned long long flags)
+{
+    if (xc_tls_inside)
+        return;
+    forget(e);
+    split(e, g, flags);
+}
+
 /* ---- instantiation: every ABI ---- */
 
-XC_EXPORT CUresult xc_graph_instantiate_v1(CUgraphExec *pe, CUgraph g, CUgraphNode *err,
-                                           char *log, size_t logsz)
-{
-    __typeof__(xc_real.cuGraphInstantiate_v1) real = XC_REAL(cuGraphInstantiate_v1);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    CUresult r = real(pe, g, err, log, logsz);
-    if (r == CUDA_SUCCESS && pe != NULL && !xc_tls_inside)
-        split(*pe, g, 0);
-    return r;
-}
+/* The two ABIs of CUDA 11 (a log buffer, no flags). */
+#define INSTANTIATE_V1(name, field)                                                       \
+    XC_EXPORT CUresult name(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,      \
+                            size_t logsz)                                                 \
+    {                                                                                     \
+        __typeof__(xc_real.field) real_ = XC_REAL(field);                                 \
+        if (real_ == NULL)                                                                \
+            return CUDA_ERROR_NOT_FOUND;                                                  \
+        CUresult r_ = real_(pe, g, err, log, logsz);                                      \
+        if (r_ == CUDA_SUCCESS && pe != NULL)                                             \
+            instantiated(*pe, g, 0);                                                      \
+        return r_;                                                                        \
+    }
 
-XC_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,
-                                         size_t logsz)
-{
-    __typeof__(xc_real.cuGraphInstantiate_v2) real = XC_REAL(cuGraphInstantiate_v2);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    CUresult r = real(pe, g, err, log, logsz);
-    if (r == CUDA_SUCCESS && pe != NULL && !xc_tls_inside)
-        split(*pe, g, 0);
-    return r;
-}
+INSTANTIATE_V1(xc_graph_instantiate_v1, cuGraphInstantiate_v1)
+INSTANTIATE_V1(cuGraphInstantiate_v2, cuGraphInstantiate_v2)
 
 XC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g,
                                                unsigned long long flags)
@@ -233,8 +288,8 @@ XC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g,
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     CUresult r = real(pe, g, flags);
-    if (r == CUDA_SUCCESS && pe != NULL && !xc_tls_inside)
-        split(*pe, g, flags);
+    if (r == CUDA_SUCCESS && pe != NULL)
+        instantiated(*pe, g, flags);
     return r;
 }
 
@@ -244,8 +299,8 @@ static CUresult instantiate_params(__typeof__(xc_real.cuGraphInstantiateWithPara
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     CUresult r = real(pe, g, p);
-    if (r == CUDA_SUCCESS && pe != NULL && p != NULL && !xc_tls_inside)
-        split(*pe, g, p->flags);
+    if (r == CUDA_SUCCESS && pe != NULL && p != NULL)
+        instantiated(*pe, g, p->flags);
     return r;
 }
 
@@ -276,85 +331,37 @@ static void stale(CUgraphExec e)
     pthread_mutex_unlock(&splits_mu);
 }
 
-XC_EXPORT CUresult xc_graph_exec_update_v1(CUgraphExec e, CUgraph g, CUgraphNode *err, void *res)
-{
-    __typeof__(xc_real.cuGraphExecUpdate_v1) real = XC_REAL(cuGraphExecUpdate_v1);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    stale(e);
-    return real(e, g, err, res);
-}
+/* CHANGES(name, field, (params...), (args...)): the exported wrapper `name` over
+ * xc_real.field, a call that changes the instantiated graph e. */
+#define CHANGES(name, field, params, args)                                               \
+    XC_EXPORT CUresult name params                                                       \
+    {                                                                                    \
+        __typeof__(xc_real.field) real_ = XC_REAL(field);                                \
+        if (real_ == NULL)                                                               \
+            return CUDA_ERROR_NOT_FOUND;                                                 \
+        stale(e);                                                                        \
+        return real_ args;                                                               \
+    }
 
-XC_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, void *info)
-{
-    __typeof__(xc_real.cuGraphExecUpdate_v2) real = XC_REAL(cuGraphExecUpdate_v2);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    stale(e);
-    return real(e, g, info);
-}
-
-XC_EXPORT CUresult xc_graph_kernel_params_v1(CUgraphExec e, CUgraphNode n, const void *p)
-{
-    __typeof__(xc_real.cuGraphExecKernelNodeSetParams_v1) real =
-        XC_REAL(cuGraphExecKernelNodeSetParams_v1);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    stale(e);
-    return real(e, n, p);
-}
-
-XC_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, const void *p)
-{
-    __typeof__(xc_real.cuGraphExecKernelNodeSetParams_v2) real =
-        XC_REAL(cuGraphExecKernelNodeSetParams_v2);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    stale(e);
-    return real(e, n, p);
-}
-
-XC_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, void *p)
-{
-    __typeof__(xc_real.cuGraphExecNodeSetParams) real = XC_REAL(cuGraphExecNodeSetParams);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    stale(e);
-    return real(e, n, p);
-}
-
-XC_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode n, unsigned int on)
-{
-    __typeof__(xc_real.cuGraphNodeSetEnabled) real = XC_REAL(cuGraphNodeSetEnabled);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    stale(e);
-    return real(e, n, on);
-}
+CHANGES(xc_graph_exec_update_v1, cuGraphExecUpdate_v1,
+        (CUgraphExec e, CUgraph g, CUgraphNode *err, void *res), (e, g, err, res))
+CHANGES(cuGraphExecUpdate_v2, cuGraphExecUpdate_v2, (CUgraphExec e, CUgraph g, void *info),
+        (e, g, info))
+CHANGES(xc_graph_kernel_params_v1, cuGraphExecKernelNodeSetParams_v1,
+        (CUgraphExec e, CUgraphNode n, const void *p), (e, n, p))
+CHANGES(cuGraphExecKernelNodeSetParams_v2, cuGraphExecKernelNodeSetParams_v2,
+        (CUgraphExec e, CUgraphNode n, const void *p), (e, n, p))
+CHANGES(cuGraphExecNodeSetParams, cuGraphExecNodeSetParams,
+        (CUgraphExec e, CUgraphNode n, void *p), (e, n, p))
+CHANGES(cuGraphNodeSetEnabled, cuGraphNodeSetEnabled,
+        (CUgraphExec e, CUgraphNode n, unsigned int on), (e, n, on))
 
 XC_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
 {
     __typeof__(xc_real.cuGraphExecDestroy) real = XC_REAL(cuGraphExecDestroy);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    if (atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) != 0) {
-        pthread_mutex_lock(&splits_mu);
-        struct split **pp = &splits;
-        while (*pp != NULL && (*pp)->exec != e)
-            pp = &(*pp)->next;
-        struct split *s = *pp;
-        if (s != NULL) {
-            *pp = s->next;
-            atomic_fetch_sub_explicit(&xc_graph_splits, 1, memory_order_relaxed);
-        }
-        pthread_mutex_unlock(&splits_mu);
-        if (s != NULL) {
-            destroy_chunks(s->chunks, s->n);
-            if (s->ev != NULL)
-                xc_real.cuEventDestroy(s->ev);
-            free(s);
-        }
-    }
+    forget(e);
     return real(e);
 }
 
@@ -391,7 +398,8 @@ static void follows(struct split *sp, CUstream s)
 {
     if (!sp->launched || sp->last == s)
         return;
-    if (sp->ev == NULL && xc_real.cuEventCreate(&sp->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    if (sp->ev == NULL &&
+        xc_real.cuEventCreate(&sp->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
         sp->ev = NULL;
         return;
     }
@@ -402,7 +410,8 @@ static void follows(struct split *sp, CUstream s)
 static int capturing(CUstream s)
 {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    return xc_real.cuStreamIsCapturing == NULL || xc_real.cuStreamIsCapturing(s, &st) != CUDA_SUCCESS ||
+    return xc_real.cuStreamIsCapturing == NULL ||
+           xc_real.cuStreamIsCapturing(s, &st) != CUDA_SUCCESS ||
            st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
