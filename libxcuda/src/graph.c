@@ -168,9 +168,6 @@ static void split(CUgraphExec e, CUgraph g, unsigned long long flags)
 {
     if (xc_sig.pub || xc_sig.n == 0 || (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH))
         return;
-    const char *off = getenv("XCUDA_GRAPH_SPLIT"); /* "0": launch graphs whole */
-    if (off != NULL && strcmp(off, "0") == 0)
-        return;
     if (xc_real.cuGraphGetNodes == NULL || xc_real.cuGraphGetEdges == NULL ||
         xc_real.cuGraphNodeGetType == NULL || xc_real.cuGraphClone == NULL ||
         xc_real.cuGraphNodeFindInClone == NULL || xc_real.cuGraphDestroyNode == NULL ||

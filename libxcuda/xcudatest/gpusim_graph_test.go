@@ -20,15 +20,14 @@ import (
 // gpusimd queued within 20 µs of the kernel before them: a graph launched whole queues
 // all its kernels at once, one launched in chunks while online work is recent (each held
 // and bounded by the gate) one chunk at a time.
-func graphRun(t *testing.T, extraEnv ...string) float64 {
+func graphRun(t *testing.T, role ctlblock.SignalRole) float64 {
 	t.Helper()
 	trace := filepath.Join(t.TempDir(), "ops.csv")
-	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 10000, Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1}},
+	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 10000, Signal: ctlblock.Signal{Role: role, GPUs: 1}},
 		"-op-trace", trace)
 	if err := page.SetFollowers([]uint32{1}); err != nil { // as muxd keeps it
 		t.Fatal(err)
 	}
-	off.extraEnv = append(off.extraEnv, extraEnv...)
 	train := off.gpusimCommand(d, "train", "--duration", "4", "--mem", "64M", "--kernels", "20",
 		"--kernel-us", "500", "--graph")
 	var tout strings.Builder
@@ -98,19 +97,20 @@ func graphRun(t *testing.T, extraEnv ...string) float64 {
 		}
 	}
 	frac := float64(together) / float64(len(ops)-1)
-	t.Logf("%v: %d offline kernels while online requests came, %.0f%% queued within 20 µs of the one before",
-		extraEnv, len(ops), 100*frac)
+	t.Logf("signal role %d: %d offline kernels while online requests came, %.0f%% queued within 20 µs of the one before",
+		role, len(ops), 100*frac)
 	return frac
 }
 
-// TestGpusimSplitsLongGraphs: an offline process's graph of kernels is launched in
-// chunks, each held and bounded by the gate, while online work is recent on its GPU —
-// and whole with XCUDA_GRAPH_SPLIT=0 (docs/results.md, t4-graph-fill).
+// TestGpusimSplitsLongGraphs: an offline process that follows the signal page launches its
+// graph of kernels in chunks, each held and bounded by the gate, while online work is recent
+// on its GPU; one that does not follow the page launches it whole (docs/results.md,
+// t4-graph-fill).
 func TestGpusimSplitsLongGraphs(t *testing.T) {
-	if split := graphRun(t); split > 0.4 {
-		t.Errorf("with graphs split, %.0f%% of the offline kernels were queued together with the one before, want few", 100*split)
+	if split := graphRun(t, ctlblock.SignalFollow); split > 0.4 {
+		t.Errorf("following the page, %.0f%% of the offline kernels were queued together with the one before, want few", 100*split)
 	}
-	if whole := graphRun(t, "XCUDA_GRAPH_SPLIT=0"); whole < 0.8 {
-		t.Errorf("with XCUDA_GRAPH_SPLIT=0, %.0f%% of the offline kernels were queued together with the one before, want most", 100*whole)
+	if whole := graphRun(t, ctlblock.SignalNone); whole < 0.8 {
+		t.Errorf("not following the page, %.0f%% of the offline kernels were queued together with the one before, want most", 100*whole)
 	}
 }
