@@ -170,6 +170,8 @@ uint64_t xc_gate_launch_est_ns(void)
     return (uint64_t)(XC_LOAD(&ring_count) + 1) * XC_LOAD(&per_launch_ns);
 }
 
+uint64_t xc_gate_per_launch_ns(void) { return XC_LOAD(&per_launch_ns); }
+
 static unsigned max_inflight(void)
 {
     unsigned m = XC_LOAD(&xc.lim->max_inflight);

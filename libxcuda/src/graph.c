@@ -34,6 +34,7 @@ struct split {
     CUgraphExec *chunks;
     unsigned n;
     int stale;   /* the exec was changed: launch it whole */
+    unsigned group; /* chunks per launch: about the queue budget of GPU time (0: one) */
     CUstream last;
     int launched;
     CUevent ev; /* orders a launch on another stream after the last one */
@@ -373,20 +374,37 @@ void xc_graph_atfork_child(void)
 
 /* ---- launches ---- */
 
-/* one gated launch of exec g: what launch.c's slow path does for a kernel */
-static CUresult gated(xc_graph_launch_fn real, CUgraphExec g, CUstream s)
+/* one gated launch of the k execs g[0..k): what launch.c's slow path does for a kernel */
+static CUresult gated(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstream s)
 {
-    if (xc_gate_open() && !xc_signal_bounds())
-        return xc_note_sticky(real(g, s));
+    CUresult r = CUDA_SUCCESS;
+    if (xc_gate_open() && !xc_signal_bounds()) {
+        for (unsigned i = 0; i < k && r == CUDA_SUCCESS; i++)
+            r = real(g[i], s);
+        return xc_note_sticky(r);
+    }
     struct xc_ticket t;
     CUresult gr = xc_gate_slow(s, &t);
     if (gr != CUDA_SUCCESS)
         return gr;
     xc_tls_inside = 1;
-    CUresult r = real(g, s);
+    for (unsigned i = 0; i < k && r == CUDA_SUCCESS; i++)
+        r = real(g[i], s);
     xc_tls_inside = 0;
     xc_gate_done(s, &t, r);
     return xc_note_sticky(r);
+}
+
+/* regroup sets how many chunks the next launch of sp takes at a time: about the queue
+ * budget of GPU time, from the gate's measured time per launch of the groups so far
+ * (splitting finer only adds launches the host must wait for). Lock held. */
+static void regroup(struct split *sp)
+{
+    uint64_t per = xc_gate_per_launch_ns(), k = sp->group ? sp->group : 1;
+    if (per == 0)
+        return;
+    uint64_t chunk_ns = per / k, want = chunk_ns > 0 ? xc_gate_queue_ns() / chunk_ns : sp->n;
+    sp->group = (unsigned)(want < 1 ? 1 : want > sp->n ? sp->n : want);
 }
 
 /* follows puts stream s after the last launch of a split exec that ran elsewhere
@@ -423,13 +441,13 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
         return xc_note_sticky(real(g, s));
     xc_signal_launch();
     if (atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0)
-        return gated(real, g, s);
+        return gated(real, &g, 1, s);
     /* Launches of a split graph are serialised here: they are a step's, not a kernel's. */
     pthread_mutex_lock(&splits_mu);
     struct split *sp = find_locked(g);
     if (sp == NULL) {
         pthread_mutex_unlock(&splits_mu);
-        return gated(real, g, s);
+        return gated(real, &g, 1, s);
     }
     xc_tls_inside = 1;
     follows(sp, s);
@@ -438,13 +456,15 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
     xc_tls_inside = 0;
     CUresult r = CUDA_SUCCESS;
     if (!chunks) {
-        r = gated(real, g, s);
+        r = gated(real, &g, 1, s);
     } else {
-        for (unsigned i = 0; i < sp->n && r == CUDA_SUCCESS; i++) {
+        unsigned k = sp->group ? sp->group : 1;
+        for (unsigned i = 0; i < sp->n && r == CUDA_SUCCESS; i += k) {
             if (i > 0)
                 xc_signal_launch();
-            r = gated(real, sp->chunks[i], s);
+            r = gated(real, sp->chunks + i, sp->n - i < k ? sp->n - i : k, s);
         }
+        regroup(sp);
     }
     sp->last = s;
     sp->launched = 1;

@@ -243,6 +243,8 @@ uint64_t xc_gate_queue_ns(void);
 /* Estimated GPU time until a launch made now would finish: (launches in flight + 1)
  * x the measured GPU time per launch; 0 before anything was measured. Unlocked. */
 uint64_t xc_gate_launch_est_ns(void);
+/* The measured GPU time per launch (a moving average; 0 before anything was measured). */
+uint64_t xc_gate_per_launch_ns(void);
 /* Launch counter kept per thread and flushed to the usage block. */
 void xc_flush_launches(void);
 
