@@ -8,8 +8,9 @@
  * whose nodes are all kernels (or empty), libxcuda also instantiates it in chunks of
  * consecutive nodes, in a topological order, each a clone of the graph with the other
  * nodes destroyed. While online work is recent on its GPU (xc_signal_bounds) a launch
- * of that graph is its chunks, one after another on the same stream, each held and
- * bounded by the gate as a launch is; otherwise it is the whole graph, as before.
+ * of that graph is its chunks, in order on the same stream and in groups of about the
+ * queue budget of GPU time, each group held and bounded by the gate as a launch is;
+ * otherwise it is the whole graph, as before.
  *
  * What the whole graph promises is kept: the chunks run in an order its edges allow,
  * a launch of the graph is ordered after the previous one even on another stream (an
@@ -34,7 +35,7 @@ struct split {
     CUgraphExec *chunks;
     unsigned n;
     int stale;   /* the exec was changed: launch it whole */
-    unsigned group; /* chunks per launch: about the queue budget of GPU time (0: one) */
+    unsigned group; /* chunks per launch: about the queue budget of GPU time */
     CUstream last;
     int launched;
     CUevent ev; /* orders a launch on another stream after the last one */
@@ -210,6 +211,7 @@ static void split(CUgraphExec e, CUgraph g, unsigned long long flags)
         }
     }
     s->exec = e;
+    s->group = 1;
     pthread_mutex_lock(&splits_mu);
     s->next = splits;
     splits = s;
@@ -400,7 +402,7 @@ static CUresult gated(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstr
  * (splitting finer only adds launches the host must wait for). Lock held. */
 static void regroup(struct split *sp)
 {
-    uint64_t per = xc_gate_per_launch_ns(), k = sp->group ? sp->group : 1;
+    uint64_t per = xc_gate_per_launch_ns(), k = sp->group;
     if (per == 0)
         return;
     uint64_t chunk_ns = per / k, want = chunk_ns > 0 ? xc_gate_queue_ns() / chunk_ns : sp->n;
@@ -458,7 +460,7 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
     if (!chunks) {
         r = gated(real, &g, 1, s);
     } else {
-        unsigned k = sp->group ? sp->group : 1;
+        unsigned k = sp->group;
         for (unsigned i = 0; i < sp->n && r == CUDA_SUCCESS; i += k) {
             if (i > 0)
                 xc_signal_launch();
