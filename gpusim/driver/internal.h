@@ -54,7 +54,8 @@ struct CUgraphNode_st {
 	uint32_t magic;
 	int dead;
 	struct CUgraph_st *g;
-	struct CUgraphNode_st *clone; /* its copy in the latest clone of its graph */
+	struct CUgraphNode_st *clone; /* its copy in the latest clone of its graph, */
+	struct CUgraph_st *clone_g;   /* that clone (compared, never followed: it may be gone) */
 	struct gs_node n;
 };
 

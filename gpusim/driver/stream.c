@@ -368,6 +368,7 @@ GS_EXPORT CUresult cuGraphClone(CUgraph *out, CUgraph g)
 	for (size_t i = 0; i < g->n; i++) {
 		if (g->nodes[i]->dead)
 			continue;
+		g->nodes[i]->clone_g = c;
 		if ((g->nodes[i]->clone = graph_append(c, &g->nodes[i]->n)) == NULL) {
 			graph_free(c);
 			return CUDA_ERROR_OUT_OF_MEMORY;
@@ -382,7 +383,7 @@ GS_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *out, CUgraphNode orig, CU
 	if (out == NULL || !node_valid(orig) || !graph_valid(clone))
 		return CUDA_ERROR_INVALID_VALUE;
 	/* only the latest clone is remembered, which is how clones are searched: one at a time */
-	if (orig->clone == NULL || orig->clone->g != clone || orig->clone->magic != GS_MAGIC_NODE)
+	if (orig->clone == NULL || orig->clone_g != clone)
 		return CUDA_ERROR_INVALID_VALUE;
 	*out = orig->clone;
 	return CUDA_SUCCESS;
