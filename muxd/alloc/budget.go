@@ -105,19 +105,29 @@ func (t *Width) Observe(w float64, now time.Time) float64 {
 	return t.w
 }
 
+// Whole is the offline MPS budget of a GPU whose online kernels no offline part leaves
+// room for (FitBudget): every SM, each container's own sm-percent still its cap
+// (MPSCap).
+const Whole = 1.0
+
 // FitBudget is a GPU's offline MPS active-thread budget (0..1, split among its offline
 // containers like the launch-gate ceiling) given the width of its online kernels (the
 // share of its SMs the widest one needs resident; 0: unknown). MPS preempts nothing, so
 // an online kernel starts on all its SMs at once only if the offline contexts leave
 // them: the budget is 1 - width, at most max, when that leaves offline at least fitMin
-// (fits); otherwise it is max, and the online kernels rely on the launch holds.
+// (fits). Kernels too wide for that get the whole GPU (Whole): an online kernel that needs
+// nearly every SM waits for the last offline block in its way wherever the offline blocks
+// run, so a part of the SMs would gain it nothing and only stretch the offline kernels,
+// leaving more of them running when a request arrives; the launch gate's time share, at
+// most max, bounds offline work there, and the online kernels rely on the launch holds.
+// An unknown width keeps max.
 func FitBudget(width, max, fitMin float64) (budget float64, fits bool) {
 	if width <= 0 || width > 1 {
 		return max, false
 	}
 	room := 1 - width
 	if room < fitMin {
-		return max, false
+		return Whole, false
 	}
 	return math.Min(max, room), true
 }

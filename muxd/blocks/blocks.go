@@ -100,8 +100,11 @@ func initialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers []Pe
 	l.MPSActiveThreadPercent = MPSThreadCeiling(c, p)
 	if c.Class == api.Offline {
 		budget, fits := offlineMPSBudget(c, p, gpus)
-		part, held := offlinePart(c, p, peers, budget)
-		l.MPSActiveThreadPercent, l.ShareBP = MPSThreadPercent(part*100), MPSThreadPercent(part*100)*100
+		part, held := offlinePart(c, p, peers, budget, true)
+		// the launch gate's share is a part of the time ceiling, sm_max, also where the
+		// MPS budget is the whole GPU
+		share, _ := offlinePart(c, p, peers, math.Min(budget, p.Classes.Offline.SMMax.Fraction()), false)
+		l.MPSActiveThreadPercent, l.ShareBP = MPSThreadPercent(part*100), MPSThreadPercent(share*100)*100
 		if fits {
 			l.MPSActiveThreadPercent = MPSThreadPercent(alloc.TurnOffer(part, budget, OwnCeiling(c, p), held) * 100)
 			fitsBeside = alloc.FitsBeside(part, budget, held)
@@ -118,17 +121,23 @@ func initialLimits(c api.Container, p *policy.Policy, gpus []api.GPU, peers []Pe
 // GPU the guard has no figure for yet, and whether every one of them fits its online
 // kernels. GPUs that cannot be resolved count as every GPU (SignalSlots).
 func offlineMPSBudget(c api.Container, p *policy.Policy, gpus []api.GPU) (budget float64, fits bool) {
-	budget, fits = p.Classes.Offline.SMMax.Fraction(), true
+	smMax := p.Classes.Offline.SMMax.Fraction()
+	budget, fits = math.Inf(1), true
 	slots, seen := SignalSlots(c.GPUs, gpus), 0
 	for _, g := range gpus {
 		if g.Index < 0 || g.Index >= ctlblock.SignalSlots || slots&(1<<uint(g.Index)) == 0 {
 			continue
 		}
 		seen++
+		b := smMax
 		if g.OfflineMPS > 0 {
-			budget = math.Min(budget, g.OfflineMPS/100)
+			b = math.Min(g.OfflineMPS/100, alloc.Whole)
 		}
+		budget = math.Min(budget, b)
 		fits = fits && g.OfflineMPSFits
+	}
+	if seen == 0 {
+		budget = smMax
 	}
 	return budget, fits && seen > 0
 }
@@ -143,6 +152,9 @@ func offlineMPSBudget(c api.Container, p *policy.Policy, gpus []api.GPU) (budget
 func MPSThreadCeiling(c api.Container, p *policy.Policy) uint32 {
 	if c.Limits.SMPercent > 0 {
 		return MPSThreadPercent(float64(c.Limits.SMPercent))
+	}
+	if c.Class == api.Offline && p.Alloc.Fit {
+		return 0 // its GPUs' budget may be the whole GPU (alloc.Whole): the block says
 	}
 	if cl, ok := p.ClassLimits(string(c.Class)); ok && cl.SMMax < 100 {
 		return MPSThreadPercent(float64(cl.SMMax))
@@ -165,6 +177,21 @@ func OfflineClaim(c api.Container, p *policy.Policy) alloc.Claim {
 	return alloc.Claim{Weight: float64(p.Classes.Offline.Priority) + 1, Cap: OwnCeiling(c, p)}
 }
 
+// MPSClaim is an offline container's claim on a GPU's MPS budget (0..1): OfflineClaim's,
+// except on a budget above the class's sm_max — the whole GPU, where no offline part
+// leaves the online kernels room (alloc.FitBudget) — where only its own sm-percent caps
+// it: sm_max then bounds offline work through the launch gate's time share alone.
+func MPSClaim(c api.Container, p *policy.Policy, budget float64) alloc.Claim {
+	cl := OfflineClaim(c, p)
+	if max := p.Classes.Offline.SMMax.Fraction(); budget > max {
+		cl.Cap = math.Min(budget, 1)
+		if c.Limits.SMPercent > 0 {
+			cl.Cap = math.Min(float64(c.Limits.SMPercent)/100, cl.Cap)
+		}
+	}
+	return cl
+}
+
 // OwnCeiling is an offline container's own ceiling (0..1): its sm-percent, else the
 // offline class's sm_max, and never above sm_max.
 func OwnCeiling(c api.Container, p *policy.Policy) float64 {
@@ -182,16 +209,21 @@ type Peer struct {
 	HeldMPS uint32
 }
 
-// offlinePart is an offline container's part (0..1) of its GPUs' MPS budget, split with
-// the offline peers that share one of its GPUs, capped by its own ceiling, and the
+// offlinePart is an offline container's part (0..1) of its GPUs' MPS budget (mps: with
+// MPSClaim's caps) or time ceiling (OfflineClaim's), split with the offline peers that
+// share one of its GPUs, capped by its own ceiling, and the
 // percentages those peers' processes may hold, summed.
-func offlinePart(c api.Container, p *policy.Policy, peers []Peer, budget float64) (part float64, held uint32) {
-	claims := []alloc.Claim{OfflineClaim(c, p)}
+func offlinePart(c api.Container, p *policy.Policy, peers []Peer, budget float64, mps bool) (part float64, held uint32) {
+	claim := func(c api.Container, p *policy.Policy, _ float64) alloc.Claim { return OfflineClaim(c, p) }
+	if mps {
+		claim = MPSClaim
+	}
+	claims := []alloc.Claim{claim(c, p, budget)}
 	for _, o := range peers {
 		if o.ID == c.ID || o.Class != api.Offline || !shareGPU(c.GPUs, o.GPUs) {
 			continue
 		}
-		claims = append(claims, OfflineClaim(o.Container, p))
+		claims = append(claims, claim(o.Container, p, budget))
 		held += o.HeldMPS
 	}
 	shares, _ := alloc.SplitBudget(budget, claims)

@@ -265,6 +265,7 @@ type ceilingParts struct {
 	// smTimeCapped: it fits and launches few, but FitSMTime bounds its GPU time
 	smTimeCapped map[string]bool
 	claims       []alloc.Claim
+	mpsClaims    []alloc.Claim // claims on the MPS budget (blocks.MPSClaim)
 }
 
 // applyCeilings splits each GPU's offline ceiling among its offline containers and
@@ -303,7 +304,12 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		cp.claims = claims
 		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
 		fit := g.loop.fits[i]
-		mps, _ := alloc.SplitBudget(fit.budget, claims)
+		mpsClaims := cp.mpsClaims[:0]
+		for _, c := range v.offline {
+			mpsClaims = append(mpsClaims, blocks.MPSClaim(c, p, fit.budget))
+		}
+		cp.mpsClaims = mpsClaims
+		mps, _ := alloc.SplitBudget(fit.budget, mpsClaims)
 		if fit.turns {
 			var held uint32
 			for _, h := range fit.fitPct {

@@ -54,8 +54,9 @@ func TestMPSBudgetFitsOnlineKernels(t *testing.T) {
 		{name: "narrow kernels: sm_max still binds", widths: []uint32{widthBP(2000)}, offline: 1, mps: 70, fit: 70, fits: true},
 		{name: "kernels 75% wide: fitted on the 25% they leave", widths: []uint32{widthBP(7500)}, offline: 1, mps: 25, fit: 25, fits: true},
 		{name: "kernels 87.5% wide: fitted on the eighth they leave", widths: []uint32{widthBP(8750)}, offline: 1, mps: 12, fit: 12, fits: true},
-		{name: "kernels too wide to fit above fit_min: sm_max, nothing fits", widths: []uint32{widthBP(9500)}, offline: 1, mps: 70},
-		{name: "GPU-filling kernels", widths: []uint32{widthBP(10000)}, offline: 1, mps: 70},
+		{name: "kernels too wide to fit above fit_min: the whole GPU, nothing fits", widths: []uint32{widthBP(9500)}, offline: 1, mps: 100},
+		{name: "GPU-filling kernels: the whole GPU", widths: []uint32{widthBP(10000)}, offline: 1, mps: 100},
+		{name: "GPU-filling kernels, two offline: half the GPU each", widths: []uint32{widthBP(10000)}, offline: 2, mps: 50},
 		{name: "a width above 100% is clamped (and noted)", widths: []uint32{widthBP(60000)}, offline: 1, mps: 70},
 		{name: "another GPU's width does not count", widths: []uint32{0, widthBP(9000)}, offline: 1, mps: 70},
 	} {

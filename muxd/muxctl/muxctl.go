@@ -305,8 +305,8 @@ func offlineCeiling(g api.GPU) string {
 }
 
 // offlineMPS says what MPS active-thread budget a GPU's offline contexts split and how it
-// relates to the online kernels' width: "50% (fits online 50%)", "70% (online 100% too
-// wide)", a note when the GPU's power cap, percentages given before or the memory
+// relates to the online kernels' width: "50% (fits online 50%)", "100% (online 100% too
+// wide: the whole GPU, bounded in time)", a note when the GPU's power cap, percentages given before or the memory
 // bandwidth keep offline bounded anyway, or the budget
 // alone while no online kernel was seen.
 func offlineMPS(g api.GPU) string {
@@ -327,6 +327,8 @@ func offlineMPS(g api.GPU) string {
 		s += fmt.Sprintf(" (fits online %.0f%%; power-capped: offline bounded)", g.OnlineWidth)
 	case g.OfflineMPSMemBound:
 		s += fmt.Sprintf(" (fits online %.0f%%; memory bandwidth online %.0f%% + offline %.0f%%: bounded)", g.OnlineWidth, g.OnlineMemBW, g.OfflineMemBW)
+	case g.OnlineWidth > 0 && g.OfflineMPS >= 100:
+		s += fmt.Sprintf(" (online %.0f%% too wide: the whole GPU, bounded in time)", g.OnlineWidth)
 	case g.OnlineWidth > 0:
 		s += fmt.Sprintf(" (online %.0f%% too wide)", g.OnlineWidth)
 	}
