@@ -48,10 +48,10 @@ func TestFitBudget(t *testing.T) {
 		budget             float64
 		fits               bool
 	}{
-		{0, 0.7, 0.3, 0.7, false},    // unknown width
-		{0.5, 0.7, 0.3, 0.5, true},   // half-GPU kernels
-		{0.2, 0.7, 0.3, 0.7, true},   // narrow: sm_max binds, and fits
-		{0.7, 0.7, 0.3, 0.3, true},   // exactly fit_min left
+		{0, 0.7, 0.3, 0.7, false},  // unknown width
+		{0.5, 0.7, 0.3, 0.5, true}, // half-GPU kernels
+		{0.2, 0.7, 0.3, 0.7, true}, // narrow: sm_max binds, and fits
+		{0.7, 0.7, 0.3, 0.3, true}, // exactly fit_min left
 		{0.75, 0.7, 0.3, 1, false}, // too wide: nothing gained by shrinking, the whole GPU
 		{1, 0.7, 0.3, 1, false},
 		{1.5, 0.7, 0.3, 0.7, false}, // nonsense width
