@@ -9,7 +9,7 @@ import "time"
 
 // Sizes and limits shared with the C header.
 const (
-	Version            = 7
+	Version            = 8
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -156,7 +156,8 @@ type rawSignalSlot struct {
 	IdleSeq   uint32    `c:"idle_seq"`
 	Followers uint32    `c:"followers"`
 	IdleNS    uint64    `c:"idle_ns"`
-	Reserved  [5]uint64 `c:"reserved"`
+	SyncNS    uint64    `c:"sync_ns"`
+	Reserved  [4]uint64 `c:"reserved"`
 }
 
 type rawSignal struct {

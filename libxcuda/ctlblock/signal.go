@@ -114,6 +114,23 @@ func (s *SignalPage) SetIdleAt(i int, ns uint64) error {
 	return s.withSlot(i, func(slot *rawSignalSlot) { atomic.StoreUint64(&slot.IdleNS, ns) })
 }
 
+// SetSyncAt stores in slot i when an online synchronisation began (CLOCK_MONOTONIC ns; 0:
+// none under way), as an online process's libxcuda does when it enters one; followers
+// keep holding past the hold window while it is under way (tests: muxd never stores it).
+func (s *SignalPage) SetSyncAt(i int, ns uint64) error {
+	return s.withSlot(i, func(slot *rawSignalSlot) { atomic.StoreUint64(&slot.SyncNS, ns) })
+}
+
+// SyncAt returns slot i's sync_ns (0 outside the page).
+func (s *SignalPage) SyncAt(i int) uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.sig == nil || i < 0 || i >= SignalSlots {
+		return 0
+	}
+	return atomic.LoadUint64(&s.sig.Slot[i].SyncNS)
+}
+
 // withSlot runs store on slot i while the page is held mapped.
 func (s *SignalPage) withSlot(i int, store func(*rawSignalSlot)) error {
 	s.mu.RLock()

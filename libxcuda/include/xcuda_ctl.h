@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 7u
+#define XCUDA_CTL_VERSION 8u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -212,13 +212,23 @@ typedef struct xcuda_usage {
  * Version 7: an online process that clears online_ns while followers is not 0 first
  * stores the time of the clear in idle_ns; followers that do not leave the online
  * kernels room keep holding for their limits' hold_linger_ns after it (an online
- * service with queued requests starts the next one within that time). */
+ * service with queued requests starts the next one within that time).
+ *
+ * Version 8: an online thread that enters cuCtxSynchronize, cuStreamSynchronize or
+ * cuEventSynchronize while a slot is set stores the time in sync_ns, and the clear
+ * that follows its return stores 0 there before it clears online_ns. While sync_ns is
+ * within XCUDA_SIGNAL_SYNC_MAX_NS of now, a set slot is busy however old online_ns is:
+ * online work is under way until that synchronisation returns (one 50 ms kernel would
+ * otherwise go stale after the hold window), and a process killed inside one costs
+ * followers at most that long, within their hold budget. */
+#define XCUDA_SIGNAL_SYNC_MAX_NS 1000000000ull /* 1 s */
 typedef struct xcuda_signal_slot {
     uint64_t online_ns;   /* see above; 0 = idle */
     uint32_t idle_seq;    /* version 6: bumped after every clear of online_ns */
     uint32_t followers;   /* version 6: offline containers following this GPU (muxd) */
     uint64_t idle_ns;     /* version 7: CLOCK_MONOTONIC ns of the last clear (see below) */
-    uint64_t reserved[5]; /* one 64-byte line per GPU */
+    uint64_t sync_ns;     /* version 8: when a synchronisation began (see above); 0 = none */
+    uint64_t reserved[4]; /* one 64-byte line per GPU */
 } xcuda_signal_slot;
 
 typedef struct xcuda_signal {

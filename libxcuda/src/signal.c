@@ -130,6 +130,20 @@ static int slot_busy(uint64_t v, uint64_t now, uint64_t window)
     return v <= now ? now - v < window : v - now < window;
 }
 
+/* When slot i, whose value v is set, goes stale: the hold window after v, or later while
+ * an online synchronisation that began within XCUDA_SIGNAL_SYNC_MAX_NS is under way
+ * (sync_ns, version 8); at most now when it is stale already. A sync_ns from the future
+ * counts as corrupt, as online_ns's do beyond the window. */
+static uint64_t slot_stale_at(unsigned i, uint64_t v, uint64_t now, uint64_t window)
+{
+    uint64_t until = slot_busy(v, now, window) ? (v <= now ? v : now) + window : 0;
+    uint64_t s = XC_LOAD(&((xcuda_signal_slot *)xc_sig.w[i])->sync_ns);
+    if (s != 0 && s <= now && now - s < XCUDA_SIGNAL_SYNC_MAX_NS &&
+        s + XCUDA_SIGNAL_SYNC_MAX_NS > until)
+        until = s + XCUDA_SIGNAL_SYNC_MAX_NS;
+    return until;
+}
+
 /* Every slot quiet (see xc_signal_quiet). */
 static int all_quiet(void)
 {
@@ -156,6 +170,19 @@ static xcuda_signal_slot *slot_at(unsigned i)
     return (xcuda_signal_slot *)xc_sig.w[i];
 }
 
+void xc_signal_sync_enter(void)
+{
+    if (!xc_sig.pub)
+        return;
+    uint64_t now = 0;
+    for (unsigned i = 0; i < xc_sig.n; i++)
+        if (XC_LOAD(xc_sig.w[i]) != 0 && XC_LOAD(&slot_at(i)->followers) != 0) {
+            if (now == 0)
+                now = xc_now_mono_ns();
+            XC_STORE(&slot_at(i)->sync_ns, now);
+        }
+}
+
 void xc_signal_idle(void)
 {
     if (!xc_sig.pub)
@@ -163,6 +190,10 @@ void xc_signal_idle(void)
     uint64_t now = 0;
     for (unsigned i = 0; i < xc_sig.n; i++)
         if (XC_LOAD(xc_sig.w[i]) != 0) {
+            /* Before the clear: a follower that still sees the slot set sees no
+             * synchronisation under way, and falls back to the hold window. */
+            if (XC_LOAD(&slot_at(i)->sync_ns) != 0)
+                XC_STORE(&slot_at(i)->sync_ns, 0);
             if (XC_LOAD(&slot_at(i)->followers) == 0) {
                 XC_STORE(xc_sig.w[i], 0);
                 continue; /* no offline container follows this GPU: nobody waits */
@@ -382,15 +413,25 @@ static uint64_t linger_until(uint64_t now, uint64_t linger)
 }
 
 /* The largest busy slot value (0: all idle or stale); *slot says whose. */
-static uint64_t busy_value(uint64_t now, uint64_t window, unsigned *slot)
+/* The latest busy slot's value (0: none) and that slot; *until: when the last busy slot
+ * goes stale. */
+static uint64_t busy_value(uint64_t now, uint64_t window, unsigned *slot, uint64_t *until)
 {
     uint64_t m = 0;
+    *until = 0;
     for (unsigned i = 0; i < xc_sig.n; i++) {
         uint64_t v = XC_LOAD(xc_sig.w[i]);
-        if (slot_busy(v, now, window) && v > m) {
+        if (v == 0)
+            continue;
+        uint64_t u = slot_stale_at(i, v, now, window);
+        if (u <= now)
+            continue;
+        if (v > m) {
             m = v;
             *slot = i;
         }
+        if (u > *until)
+            *until = u;
     }
     return m;
 }
@@ -405,7 +446,8 @@ static void hold(void)
     int fit = atomic_load_explicit(&fitted, memory_order_relaxed);
     uint64_t linger = fit ? 0 : linger_ns();
     unsigned slot = 0;
-    uint64_t v = busy_value(now, window, &slot);
+    uint64_t stale_at = 0;
+    uint64_t v = busy_value(now, window, &slot, &stale_at);
     ahead_observe(v, now);
     if (v != 0) {
         XC_STORE(&online_seen, now);
@@ -434,14 +476,14 @@ static void hold(void)
         uint32_t seq[XCUDA_SIGNAL_SLOTS];
         for (unsigned i = 0; i < xc_sig.n; i++)
             seq[i] = __atomic_load_n(&slot_at(i)->idle_seq, __ATOMIC_SEQ_CST);
-        v = busy_value(now, window, &slot);
+        v = busy_value(now, window, &slot, &stale_at);
         ahead_observe(v, now);
         uint64_t w = budget - used < HOLD_WAIT_MAX_NS ? budget - used : HOLD_WAIT_MAX_NS;
         int early = 0;
         if (v != 0) {
             XC_STORE(&online_seen, now);
-            if (v <= now && v + window - now < w)
-                w = v + window - now; /* the slot goes stale then */
+            if (stale_at - now < w)
+                w = stale_at - now; /* the slot goes stale then */
             wait_idle(slot, seq[slot], w);
         } else {
             /* No online work in flight: wait while lingering after the last request,

@@ -46,6 +46,7 @@ CUresult xc_note_sticky(CUresult r)
         __typeof__(xc_real.field) real_ = XC_REAL(field);                     \
         if (real_ == NULL)                                                    \
             return CUDA_ERROR_NOT_INITIALIZED;                                \
+        xc_signal_sync_enter();                                               \
         CUresult r_ = real_ args;                                             \
         xc_signal_idle();                                                     \
         xc_flush_launches();                                                  \

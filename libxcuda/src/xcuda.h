@@ -302,6 +302,10 @@ int xc_signal_online_recent(uint64_t now);
  * graph) would otherwise see only the requests in flight at its launches. */
 void xc_signal_note_ended(void);
 
+/* Online, before a synchronisation: marks its set slots as having one under way
+ * (sync_ns), so that followers keep holding past the hold window until it returns. */
+void xc_signal_sync_enter(void);
+
 /* Online: a synchronisation returned, or the process exits: nothing pending. */
 void xc_signal_idle(void);
 

@@ -100,3 +100,43 @@ func TestGpusimHoldProtectsOnline(t *testing.T) {
 		t.Errorf("with hold, offline made %.1f it/s, below 80%% of %.1f without", withT.ItPerS, withoutT.ItPerS)
 	}
 }
+
+// TestGpusimHoldsThroughALongKernel: an online request that is one 40 ms GPU-filling
+// kernel goes stale in the signal page after the hold window (10 ms) unless its process's
+// synchronisation marks it under way (layout version 8): then an offline train that
+// follows the page holds for most of each request instead of queueing its kernels
+// behind it from 10 ms on.
+func TestGpusimHoldsThroughALongKernel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gpusim runs take seconds")
+	}
+	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 7000, Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1,
+		HoldPeriod: time.Second, HoldMaxBP: 9500}})
+	page.SetFollowers([]uint32{1})
+	train := off.gpusimCommand(d, "train", "--duration", "4", "--mem", "64M", "--kernel-us", "2000")
+	var tout strings.Builder
+	train.Stdout, train.Stderr = &tout, &tout
+	if err := train.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	infer := on.gpusimCommand(d, "infer", "--rate", "constant:10", "--duration", "2.5", "--kernels", "1",
+		"--kernel-us", "40000", "--grid", "1056", "--uniform")
+	out, err := infer.CombinedOutput()
+	if err != nil {
+		t.Fatalf("infer: %v\n%s", err, out)
+	}
+	if err := train.Wait(); err != nil {
+		t.Fatalf("train: %v\n%s", err, tout.String())
+	}
+	res := lastJSON[inferResult](t, string(out))
+	busy := time.Duration(res.Completed) * 40 * time.Millisecond
+	held := off.block.Usage().OnlineHeld
+	t.Logf("%d requests of 40 ms (%v); offline held %v", res.Completed, busy, held)
+	if res.Completed == 0 || held < busy*6/10 {
+		t.Errorf("offline held %v through %d requests of 40 ms, want most of their %v", held, res.Completed, busy)
+	}
+	if v, s := page.Online(0), page.SyncAt(0); v != 0 || s != 0 {
+		t.Errorf("infer has exited, but its GPU's slot still says %d (synchronisation %d)", v, s)
+	}
+}

@@ -357,3 +357,60 @@ func pageRequests(page *ctlblock.SignalPage, busy, gap, d time.Duration, idleAt 
 	}
 	return requests, worked
 }
+
+// TestHoldCoversASyncUnderWay (layout version 8): a slot whose launch time is older than
+// the hold window still holds followers while an online synchronisation that began after
+// it is under way (sync_ns) — one long online kernel would otherwise go stale mid-way —
+// and no longer once the synchronisation is over (cleared), more than a second old, or
+// from the future.
+func TestHoldCoversASyncUnderWay(t *testing.T) {
+	const window = 2 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		sync func(now uint64) uint64
+		want bool // held for most of the time
+	}{
+		{"under way", func(now uint64) uint64 { return now }, true},
+		{"began 500 ms ago", func(now uint64) uint64 { return now - uint64(500*time.Millisecond) }, true},
+		{"none", func(uint64) uint64 { return 0 }, false},
+		{"more than a second old", func(now uint64) uint64 { return now - uint64(1100*time.Millisecond) }, false},
+		{"from the future", func(now uint64) uint64 { return now + uint64(time.Hour) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			page := signalPage(t)
+			page.SetFollowers([]uint32{1})
+			off := signalHarness(t, page.Path(), ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, Ahead: ctlblock.AheadOff,
+				Linger: ctlblock.NoLinger, HoldWindow: window, HoldPeriod: time.Second, HoldMaxBP: 9500})
+			ch, wait := runLoop(t, off, 0, 1.6, "kernel")
+			time.Sleep(300 * time.Millisecond)
+			// The last launch long before the window; the synchronisation as the case says.
+			now := monoNS()
+			page.SetSyncAt(0, tc.sync(now))
+			page.SetOnline(0, now-uint64(50*time.Millisecond))
+			s1 := sampleHeld(off)
+			time.Sleep(300 * time.Millisecond)
+			s2 := sampleHeld(off)
+			page.SetSyncAt(0, 0)
+			time.Sleep(50 * time.Millisecond)
+			s3 := sampleHeld(off)
+			time.Sleep(300 * time.Millisecond)
+			s4 := sampleHeld(off)
+			page.SetOnline(0, 0)
+			for range ch {
+			}
+			wait()
+			// A hold is counted when it ends: take the time up to the clear.
+			during, after := float64(s3.held-s1.held)/float64(s2.at.Sub(s1.at)), heldFraction(s3, s4)
+			t.Logf("held %.2f of the time with the synchronisation, %.3f once it is cleared", during, after)
+			if tc.want && (during < 0.7 || during > 1.3) {
+				t.Errorf("a synchronisation under way: offline held %.2f of the time, want about all of it until the clear", during)
+			}
+			if !tc.want && during > 0.05 {
+				t.Errorf("offline held %.2f of the time, want none (the slot is stale)", during)
+			}
+			if after > 0.05 {
+				t.Errorf("synchronisation cleared, slot stale: offline still held %.3f of the time", after)
+			}
+		})
+	}
+}
