@@ -53,7 +53,7 @@ const (
 // whatever the page says.
 const (
 	DefaultHoldWindow = 10 * time.Millisecond
-	DefaultHoldPeriod = 20 * time.Millisecond
+	DefaultHoldPeriod = 200 * time.Millisecond
 	DefaultHoldMaxBP  = 8000
 	HoldWindowMax     = 100 * time.Millisecond
 	HoldPeriodMin     = time.Millisecond

@@ -59,7 +59,7 @@
 /* Defaults for the hold policy (0 in the limits page) and the bounds libxcuda
  * enforces whatever the page says. */
 #define XCUDA_DEFAULT_HOLD_WINDOW_NS 10000000ull /* 10 ms */
-#define XCUDA_DEFAULT_HOLD_PERIOD_NS 20000000ull /* 20 ms */
+#define XCUDA_DEFAULT_HOLD_PERIOD_NS 200000000ull /* 200 ms */
 #define XCUDA_DEFAULT_HOLD_MAX_BP 8000u          /* at most 80% of each period held */
 #define XCUDA_HOLD_WINDOW_MAX_NS 100000000ull    /* 100 ms */
 #define XCUDA_HOLD_PERIOD_MIN_NS 1000000ull      /* 1 ms */

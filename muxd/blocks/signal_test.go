@@ -43,7 +43,7 @@ func TestSignalRoles(t *testing.T) {
 	}
 	s := Signal(off, p, nil)
 	if s.Role != ctlblock.SignalFollow || s.GPUs != 0b10 || s.HoldWindow != 10*time.Millisecond ||
-		s.HoldPeriod != 20*time.Millisecond || s.HoldMaxBP != 8000 ||
+		s.HoldPeriod != 200*time.Millisecond || s.HoldMaxBP != 8000 ||
 		s.Queue != 300*time.Microsecond || s.Ahead != ctlblock.AheadOn || s.Linger != 500*time.Microsecond {
 		t.Errorf("offline with the default policy: %+v", s)
 	}
