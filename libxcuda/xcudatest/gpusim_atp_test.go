@@ -2,7 +2,6 @@ package xcudatest
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,12 +22,7 @@ func atpRun(t *testing.T, pct uint32) float64 {
 	if err := d.StartMPS(ctx); err != nil {
 		t.Fatal(err)
 	}
-	train := h.gpusimCommand(d, "train", "--duration", "1.5", "--mem", "64M", "--big-share", "1")
-	var out strings.Builder
-	train.Stdout, train.Stderr = &out, &out
-	if err := train.Start(); err != nil {
-		t.Fatal(err)
-	}
+	train, out := h.startGpusim(t, d, "train", "--duration", "1.5", "--mem", "64M", "--big-share", "1")
 	time.Sleep(1200 * time.Millisecond)
 	st, err := d.Stats(ctx)
 	if err != nil {

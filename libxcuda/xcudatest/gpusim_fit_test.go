@@ -2,7 +2,6 @@ package xcudatest
 
 import (
 	"math"
-	"strings"
 	"testing"
 	"time"
 
@@ -62,12 +61,7 @@ func fitRun(t *testing.T, fit uint32) (ctlblock.Usage, inferResult) {
 	t.Helper()
 	on, off, d, _ := mpsPair(t, ctlblock.Limits{ShareBP: ctlblock.ShareFull, MPSActiveThreadPercent: 50,
 		Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1, FitPercent: fit}})
-	train := off.gpusimCommand(d, "train", "--duration", "4", "--mem", "64M", "--kernel-us", "1000")
-	var tout strings.Builder
-	train.Stdout, train.Stderr = &tout, &tout
-	if err := train.Start(); err != nil {
-		t.Fatal(err)
-	}
+	train, tout := off.startGpusim(t, d, "train", "--duration", "4", "--mem", "64M", "--kernel-us", "1000")
 	time.Sleep(300 * time.Millisecond)
 	out, err := on.gpusimCommand(d, "infer", "--rate", "constant:150", "--duration", "3", "--kernels", "4",
 		"--kernel-us", "300", "--grid", "528").CombinedOutput()

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,13 +27,8 @@ func graphRun(t *testing.T, role ctlblock.SignalRole) float64 {
 	if err := page.SetFollowers([]uint32{1}); err != nil { // as muxd keeps it
 		t.Fatal(err)
 	}
-	train := off.gpusimCommand(d, "train", "--duration", "4", "--mem", "64M", "--kernels", "20",
+	train, tout := off.startGpusim(t, d, "train", "--duration", "4", "--mem", "64M", "--kernels", "20",
 		"--kernel-us", "500", "--graph")
-	var tout strings.Builder
-	train.Stdout, train.Stderr = &tout, &tout
-	if err := train.Start(); err != nil {
-		t.Fatal(err)
-	}
 	time.Sleep(300 * time.Millisecond)
 	infer := on.gpusimCommand(d, "infer", "--rate", "constant:40", "--duration", "3", "--kernels", "1",
 		"--kernel-us", "1500", "--grid", "1056")

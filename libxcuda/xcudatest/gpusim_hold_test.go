@@ -2,7 +2,6 @@ package xcudatest
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,12 +22,7 @@ type inferResult struct {
 func holdRun(t *testing.T, role ctlblock.SignalRole) (inferResult, trainResult) {
 	t.Helper()
 	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 7000, Signal: ctlblock.Signal{Role: role, GPUs: 1}})
-	train := off.gpusimCommand(d, "train", "--duration", "5", "--mem", "64M", "--kernel-us", "2000")
-	var tout strings.Builder
-	train.Stdout, train.Stderr = &tout, &tout
-	if err := train.Start(); err != nil {
-		t.Fatal(err)
-	}
+	train, tout := off.startGpusim(t, d, "train", "--duration", "5", "--mem", "64M", "--kernel-us", "2000")
 	time.Sleep(500 * time.Millisecond)
 	infer := on.gpusimCommand(d, "infer", "--rate", "constant:40", "--duration", "4", "--kernels", "1",
 		"--kernel-us", "1500", "--grid", "1056")
@@ -113,12 +107,7 @@ func TestGpusimHoldsThroughALongKernel(t *testing.T) {
 	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 7000, Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1,
 		HoldPeriod: time.Second, HoldMaxBP: 9500}})
 	page.SetFollowers([]uint32{1})
-	train := off.gpusimCommand(d, "train", "--duration", "4", "--mem", "64M", "--kernel-us", "2000")
-	var tout strings.Builder
-	train.Stdout, train.Stderr = &tout, &tout
-	if err := train.Start(); err != nil {
-		t.Fatal(err)
-	}
+	train, tout := off.startGpusim(t, d, "train", "--duration", "4", "--mem", "64M", "--kernel-us", "2000")
 	time.Sleep(500 * time.Millisecond)
 	infer := on.gpusimCommand(d, "infer", "--rate", "constant:10", "--duration", "2.5", "--kernels", "1",
 		"--kernel-us", "40000", "--grid", "1056", "--uniform")

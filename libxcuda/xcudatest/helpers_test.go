@@ -97,6 +97,19 @@ func (h *harness) gpusimCommand(d *simclient.Daemon, prog string, args ...string
 	return cmd
 }
 
+// startGpusim starts one of gpusim's workload programs under h in the background; its
+// output (stdout and stderr) collects in the builder.
+func (h *harness) startGpusim(t *testing.T, d *simclient.Daemon, prog string, args ...string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := h.gpusimCommand(d, prog, args...)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
+}
+
 func (h *harness) command(prog string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(h.build, "libxcuda", "tests", prog), args...)
 	cmd.Env = h.env()
