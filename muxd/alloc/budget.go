@@ -107,7 +107,7 @@ func (t *Width) Observe(w float64, now time.Time) float64 {
 
 // Whole is the offline MPS budget of a GPU whose online kernels no offline part leaves
 // room for (FitBudget): every SM, each container's own sm-percent still its cap
-// (MPSCap).
+// (muxd/blocks MPSClaim).
 const Whole = 1.0
 
 // FitBudget is a GPU's offline MPS active-thread budget (0..1, split among its offline

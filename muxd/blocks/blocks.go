@@ -144,7 +144,8 @@ func offlineMPSBudget(c api.Container, p *policy.Policy, gpus []api.GPU) (budget
 
 // MPSThreadCeiling is the most MPS active-thread percentage a container may ever get: its
 // own sm-percent, else its class's sm_max when that is below 100; 0 (none) for a container
-// with neither. The MPS percentage can only be tightened when a process creates its CUDA
+// with neither, and for an offline container without an sm-percent while alloc.fit is on
+// (its GPUs' budget may then be the whole GPU, alloc.Whole). The MPS percentage can only be tightened when a process creates its CUDA
 // context, so the wiring puts this ceiling into the container's
 // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; the control block holds it (InitialLimits) or, for
 // offline work, the container's part of its GPUs' budget below it (InitialLimits, then the
