@@ -87,12 +87,17 @@ func (s *SignalPage) Path() string { return s.path }
 // Online returns slot i's value: 0 (idle) or CLOCK_MONOTONIC ns of the latest online
 // launch published there. Untrusted.
 func (s *SignalPage) Online(i int) uint64 {
+	return s.loadSlot(i, func(slot *rawSignalSlot) uint64 { return atomic.LoadUint64(&slot.OnlineNS) })
+}
+
+// loadSlot reads one field of slot i while the page is held mapped (0 outside the page).
+func (s *SignalPage) loadSlot(i int, load func(*rawSignalSlot) uint64) uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.sig == nil || i < 0 || i >= SignalSlots {
 		return 0
 	}
-	return atomic.LoadUint64(&s.sig.Slot[i].OnlineNS)
+	return load(&s.sig.Slot[i])
 }
 
 // SetOnline stores v in slot i (muxd stores only 0, for an online container that is
@@ -123,12 +128,7 @@ func (s *SignalPage) SetSyncAt(i int, ns uint64) error {
 
 // SyncAt returns slot i's sync_ns (0 outside the page).
 func (s *SignalPage) SyncAt(i int) uint64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.sig == nil || i < 0 || i >= SignalSlots {
-		return 0
-	}
-	return atomic.LoadUint64(&s.sig.Slot[i].SyncNS)
+	return s.loadSlot(i, func(slot *rawSignalSlot) uint64 { return atomic.LoadUint64(&slot.SyncNS) })
 }
 
 // withSlot runs store on slot i while the page is held mapped.
@@ -172,12 +172,7 @@ func (s *SignalPage) SetFollowers(counts []uint32) error {
 // Followers returns slot i's follower count (0 outside the page). Untrusted: online
 // containers can write it.
 func (s *SignalPage) Followers(i int) uint32 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.sig == nil || i < 0 || i >= SignalSlots {
-		return 0
-	}
-	return atomic.LoadUint32(&s.sig.Slot[i].Followers)
+	return uint32(s.loadSlot(i, func(slot *rawSignalSlot) uint64 { return uint64(atomic.LoadUint32(&slot.Followers)) }))
 }
 
 // wakeIdle tells the offline processes waiting on slot i that it was cleared: idle_seq

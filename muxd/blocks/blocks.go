@@ -215,16 +215,18 @@ type Peer struct {
 // share one of its GPUs, capped by its own ceiling, and the
 // percentages those peers' processes may hold, summed.
 func offlinePart(c api.Container, p *policy.Policy, peers []Peer, budget float64, mps bool) (part float64, held uint32) {
-	claim := func(c api.Container, p *policy.Policy, _ float64) alloc.Claim { return OfflineClaim(c, p) }
-	if mps {
-		claim = MPSClaim
+	claim := func(c api.Container) alloc.Claim {
+		if mps {
+			return MPSClaim(c, p, budget)
+		}
+		return OfflineClaim(c, p)
 	}
-	claims := []alloc.Claim{claim(c, p, budget)}
+	claims := []alloc.Claim{claim(c)}
 	for _, o := range peers {
 		if o.ID == c.ID || o.Class != api.Offline || !shareGPU(c.GPUs, o.GPUs) {
 			continue
 		}
-		claims = append(claims, claim(o.Container, p, budget))
+		claims = append(claims, claim(o.Container))
 		held += o.HeldMPS
 	}
 	shares, _ := alloc.SplitBudget(budget, claims)
