@@ -508,3 +508,26 @@ func TestStallNote(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicySectionsParse(t *testing.T) {
+	s, err := ParseScenario([]byte(minimal + `[muxflow]
+offline_sm_max = "60%"
+hold_queue = "200us"
+hold_linger = "1ms"
+hold_period = "50ms"
+hold_max = "90%"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Parse([]byte(policySections(s)), "scenario")
+	if err != nil {
+		t.Fatalf("the scenario's policy sections do not parse: %v\n%s", err, policySections(s))
+	}
+	got := []any{float64(p.Classes.Offline.SMMax), p.Hold.Queue.D(), p.Hold.Linger.D(),
+		p.Hold.Period.D(), float64(p.Hold.Max)}
+	want := []any{60.0, 200 * time.Microsecond, time.Millisecond, 50 * time.Millisecond, 90.0}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("policy (-want +got):\n%s", d)
+	}
+}

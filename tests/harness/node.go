@@ -87,21 +87,7 @@ type node struct {
 
 // startNode brings a node up; stop tears it down (always call it).
 func startNode(ctx context.Context, s *Scenario, m mode, art Artifacts, dir string, alloc string, opTrace bool, log *slog.Logger) (*node, error) {
-	sections := ""
-	if p := s.Muxflow.OfflineSMMax; p != nil {
-		b, _ := p.MarshalText()
-		sections = "[classes.offline]\nsm_max = " + strconv.Quote(string(b)) + "\n"
-	}
-	hold := ""
-	if q := s.Muxflow.HoldQueue; q != nil {
-		hold += "queue = " + strconv.Quote(q.D().String()) + "\n"
-	}
-	if l := s.Muxflow.HoldLinger; l != nil {
-		hold += "linger = " + strconv.Quote(l.D().String()) + "\n"
-	}
-	if hold != "" {
-		sections += "[hold]\n" + hold
-	}
+	sections := policySections(s)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
@@ -425,4 +411,31 @@ func allocSection(s *Scenario, static bool) string {
 		text += fmt.Sprintf("fit = %t\n", *m.Fit)
 	}
 	return text
+}
+
+// policySections is the policy text, beyond [alloc], that a scenario's [muxflow] keys set.
+func policySections(s *Scenario) string {
+	sections := ""
+	if p := s.Muxflow.OfflineSMMax; p != nil {
+		b, _ := p.MarshalText()
+		sections = "[classes.offline]\nsm_max = " + strconv.Quote(string(b)) + "\n"
+	}
+	hold := ""
+	if q := s.Muxflow.HoldQueue; q != nil {
+		hold += "queue = " + strconv.Quote(q.D().String()) + "\n"
+	}
+	if l := s.Muxflow.HoldLinger; l != nil {
+		hold += "linger = " + strconv.Quote(l.D().String()) + "\n"
+	}
+	if d := s.Muxflow.HoldPeriod; d != nil {
+		hold += "period = " + strconv.Quote(d.D().String()) + "\n"
+	}
+	if p := s.Muxflow.HoldMax; p != nil {
+		b, _ := p.MarshalText()
+		hold += "max = " + strconv.Quote(string(b)) + "\n"
+	}
+	if hold != "" {
+		sections += "[hold]\n" + hold
+	}
+	return sections
 }

@@ -97,6 +97,10 @@ type Alloc struct {
 	// HoldLinger is the policy's hold.linger: how long an offline process whose kernels
 	// would take the online kernels' SMs keeps holding after online work ends.
 	HoldLinger *policy.Duration `toml:"hold_linger"`
+	// HoldPeriod and HoldMax are the policy's hold.period and hold.max: an offline process
+	// spends at most HoldMax of every HoldPeriod holding.
+	HoldPeriod *policy.Duration `toml:"hold_period"`
+	HoldMax    *policy.Percent  `toml:"hold_max"`
 }
 
 // LoadScenario reads and validates a scenario file. Unknown keys are errors.
