@@ -73,6 +73,7 @@ int drv_load(struct drv *d, int use_dlsym)
 		{"cuMemGetInfo", "cuMemGetInfo_v2", (void **)&d->MemGetInfo},
 		{"cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2", (void **)&d->MemcpyHtoDAsync},
 		{"cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", (void **)&d->MemcpyDtoHAsync},
+		{"cuMemsetD8Async", "cuMemsetD8Async", (void **)&d->MemsetD8Async},
 		{"cuGetErrorName", "cuGetErrorName", (void **)&d->GetErrorName},
 		{"cuEventCreate", "cuEventCreate", (void **)&d->EventCreate},
 		{"cuEventRecord", "cuEventRecord", (void **)&d->EventRecord},

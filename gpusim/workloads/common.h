@@ -37,6 +37,7 @@ struct drv {
 	CUresult (*MemGetInfo)(size_t *, size_t *);
 	CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
 	CUresult (*GetErrorName)(CUresult, const char **);
 	CUresult (*EventCreate)(CUevent *, unsigned int);
 	CUresult (*EventRecord)(CUevent, CUstream);

@@ -1,6 +1,7 @@
 /* train — an offline training job stand-in: a memory footprint, then
  * iterations of big (GPU-filling) and small kernels, synchronised once per
- * iteration, optionally captured once into a CUDA graph and replayed.
+ * iteration, optionally after a batch's input copy and gradient memset, optionally
+ * captured once into a CUDA graph and replayed.
  * Prints JSON with iterations/s. */
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +13,22 @@
 static void usage(void)
 {
 	fprintf(stderr, "usage: train [--iters N | --duration S] [--kernels K] [--big-share F] [--kernel-us U]\n"
-			"             [--small-grid B] [--bw F] [--mem BYTES] [--graph] [--device D] [--dlsym]\n");
+			"             [--small-grid B] [--bw F] [--mem BYTES] [--batch BYTES] [--graph] [--device D]\n"
+			"             [--dlsym]\n");
+}
+
+/* step_work enqueues one step: the batch's input copy and zeroed gradients (when batch > 0),
+ * then its kernels, the first nbig of them GPU-filling. */
+static CUresult step_work(struct drv *d, CUfunction fn, CUstream st, int kernels, int nbig,
+			  unsigned big_grid, unsigned small_grid, CUdeviceptr foot, const void *input,
+			  uint64_t batch)
+{
+	CUresult r = CUDA_SUCCESS;
+	if (batch > 0 && (r = d->MemcpyHtoDAsync(foot, input, batch, st)) == CUDA_SUCCESS)
+		r = d->MemsetD8Async(foot, 0, batch, st);
+	for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
+		r = d->LaunchKernel(fn, i < nbig ? big_grid : small_grid, 1, 1, 256, 1, 1, 0, st, NULL, NULL);
+	return r;
 }
 
 int main(int argc, char **argv)
@@ -21,7 +37,7 @@ int main(int argc, char **argv)
 	double duration = 5, big_share = 0.5, kernel_us = 500, bw = 0.4;
 	int kernels = 10, device = 0, graph = 0, use_dlsym = 0;
 	unsigned small_grid = 64;
-	uint64_t mem = 1ull << 30;
+	uint64_t mem = 1ull << 30, batch = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int ok = 1;
@@ -53,6 +69,8 @@ int main(int argc, char **argv)
 			ok = sscanf(v, "%lf", &bw) == 1 && bw >= 0 && bw <= 1;
 		else if (strcmp(a, "--mem") == 0)
 			ok = parse_bytes(v, &mem) == 0;
+		else if (strcmp(a, "--batch") == 0)
+			ok = parse_bytes(v, &batch) == 0;
 		else if (strcmp(a, "--device") == 0)
 			ok = sscanf(v, "%d", &device) == 1 && device >= 0;
 		else
@@ -62,6 +80,17 @@ int main(int argc, char **argv)
 			usage();
 			return 2;
 		}
+	}
+	if (batch > mem) {
+		fprintf(stderr, "train: --batch %llu is larger than --mem %llu\n", (unsigned long long)batch,
+			(unsigned long long)mem);
+		return 2;
+	}
+	/* the host side of the batch's input copy; gpusim never reads it */
+	unsigned char *input = batch > 0 ? calloc(1, (size_t)batch) : NULL;
+	if (batch > 0 && input == NULL) {
+		fprintf(stderr, "train: no host memory for a batch of %llu bytes\n", (unsigned long long)batch);
+		return 1;
 	}
 	struct drv d;
 	if (drv_load(&d, use_dlsym) != 0)
@@ -97,8 +126,8 @@ int main(int argc, char **argv)
 	if (graph) {
 		CUgraph g;
 		r = d.StreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_GLOBAL);
-		for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
-			r = d.LaunchKernel(fn, i < nbig ? big_grid : small_grid, 1, 1, 256, 1, 1, 0, st, NULL, NULL);
+		if (r == CUDA_SUCCESS)
+			r = step_work(&d, fn, st, kernels, nbig, big_grid, small_grid, foot, input, batch);
 		if (r == CUDA_SUCCESS)
 			r = d.StreamEndCapture(st, &g);
 		if (r == CUDA_SUCCESS)
@@ -127,8 +156,7 @@ int main(int argc, char **argv)
 		if (r == CUDA_SUCCESS && graph)
 			r = d.GraphLaunch(exec, st);
 		else if (r == CUDA_SUCCESS)
-			for (int i = 0; i < kernels && r == CUDA_SUCCESS; i++)
-				r = d.LaunchKernel(fn, i < nbig ? big_grid : small_grid, 1, 1, 256, 1, 1, 0, st, NULL, NULL);
+			r = step_work(&d, fn, st, kernels, nbig, big_grid, small_grid, foot, input, batch);
 		if (r == CUDA_SUCCESS)
 			r = d.EventRecord(ev1, st);
 		if (r == CUDA_SUCCESS)
@@ -160,5 +188,6 @@ int main(int argc, char **argv)
 		d.MemFree(foot);
 	d.StreamDestroy(st);
 	d.PrimaryCtxRelease(dev);
+	free(input);
 	return 0;
 }

@@ -5,7 +5,8 @@
  * only between graphs: a job whose step is one graph of 25 ms kept its kernels queued
  * through every online request that arrived meanwhile (docs/results.md,
  * t4-graph-fill). So when an offline process (signal role follow) instantiates a graph
- * whose nodes are all kernels (or empty), libxcuda also instantiates it in chunks of
+ * whose nodes are kernels, copies and memsets (or empty), libxcuda also instantiates it
+ * in chunks of
  * consecutive nodes, in a topological order, each a clone of the graph with the other
  * nodes destroyed. While online work is recent on its GPU (xc_signal_bounds) a launch
  * of that graph is its chunks, in order on the same stream and in groups of about the
@@ -16,7 +17,7 @@
  * a launch of the graph is ordered after the previous one even on another stream (an
  * event recorded where it ran), and once anything changes the instantiated graph
  * (cuGraphExecUpdate, node parameters or enabling) its chunks are no longer used. Graphs
- * with other nodes (copies, host calls, memory, events, child graphs, conditionals),
+ * with other nodes (host calls, memory, events, child graphs, conditionals),
  * device-launchable ones and graphs of one node are never split. Until a process has a
  * split graph, a graph launch's fast path is what it was. */
 #include <pthread.h>
@@ -164,8 +165,21 @@ static CUresult chunk(CUgraph g, CUgraphNode *ord, size_t n, size_t lo, size_t h
     return r;
 }
 
+/* splittable: a node of type t may run in a chunk of its own graph. Copies and memsets
+ * (a training step's inputs, its zeroed gradients) only wait for what comes before them
+ * in the stream, which includes everything their edges asked for. Not so: event waits
+ * and external semaphores (a node after them in the order, which they did not wait for,
+ * could be what sets them), host calls (likewise, on the host), memory nodes (their
+ * allocation belongs to the one graph), child graphs and conditionals. */
+static int splittable(CUgraphNodeType t)
+{
+    return t == CU_GRAPH_NODE_TYPE_EMPTY || t == CU_GRAPH_NODE_TYPE_MEMCPY ||
+           t == CU_GRAPH_NODE_TYPE_MEMSET;
+}
+
 /* split instantiates g in chunks for exec e, when this process follows online work
- * and g is a graph of kernels; nothing happens otherwise or when any step fails. */
+ * and g is a graph of kernels (and splittable nodes); nothing happens otherwise or when
+ * any step fails. */
 static void split(CUgraphExec e, CUgraph g, unsigned long long flags)
 {
     if (xc_sig.pub || xc_sig.n == 0 || (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH))
@@ -191,7 +205,7 @@ static void split(CUgraphExec e, CUgraph g, unsigned long long flags)
             goto fail;
         if (t == CU_GRAPH_NODE_TYPE_KERNEL)
             kernels++;
-        else if (t != CU_GRAPH_NODE_TYPE_EMPTY)
+        else if (!splittable(t))
             goto fail;
     }
     if (kernels < 2 || order(g, nodes, n, ord) != 0)
@@ -345,13 +359,17 @@ static void stale(CUgraphExec e)
 
 CHANGES(xc_graph_exec_update_v1, cuGraphExecUpdate_v1,
         (CUgraphExec e, CUgraph g, CUgraphNode *err, void *res), (e, g, err, res))
-CHANGES(cuGraphExecUpdate_v2, cuGraphExecUpdate_v2, (CUgraphExec e, CUgraph g, void *info),
+CHANGES(xc_graph_exec_update_v2, cuGraphExecUpdate_v2, (CUgraphExec e, CUgraph g, void *info),
         (e, g, info))
 CHANGES(xc_graph_kernel_params_v1, cuGraphExecKernelNodeSetParams_v1,
         (CUgraphExec e, CUgraphNode n, const void *p), (e, n, p))
-CHANGES(cuGraphExecKernelNodeSetParams_v2, cuGraphExecKernelNodeSetParams_v2,
+CHANGES(xc_graph_kernel_params_v2, cuGraphExecKernelNodeSetParams_v2,
         (CUgraphExec e, CUgraphNode n, const void *p), (e, n, p))
-CHANGES(cuGraphExecNodeSetParams, cuGraphExecNodeSetParams,
+CHANGES(xc_graph_memcpy_params, cuGraphExecMemcpyNodeSetParams,
+        (CUgraphExec e, CUgraphNode n, const void *p, CUcontext c), (e, n, p, c))
+CHANGES(xc_graph_memset_params, cuGraphExecMemsetNodeSetParams,
+        (CUgraphExec e, CUgraphNode n, const void *p, CUcontext c), (e, n, p, c))
+CHANGES(xc_graph_node_params, cuGraphExecNodeSetParams,
         (CUgraphExec e, CUgraphNode n, void *p), (e, n, p))
 CHANGES(cuGraphNodeSetEnabled, cuGraphNodeSetEnabled,
         (CUgraphExec e, CUgraphNode n, unsigned int on), (e, n, on))

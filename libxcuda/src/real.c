@@ -107,6 +107,8 @@ static void do_resolve(void)
     GET(cuGraphExecUpdate_v2, "cuGraphExecUpdate_v2");
     GET(cuGraphExecKernelNodeSetParams_v1, "cuGraphExecKernelNodeSetParams");
     GET(cuGraphExecKernelNodeSetParams_v2, "cuGraphExecKernelNodeSetParams_v2");
+    GET(cuGraphExecMemcpyNodeSetParams, "cuGraphExecMemcpyNodeSetParams");
+    GET(cuGraphExecMemsetNodeSetParams, "cuGraphExecMemsetNodeSetParams");
     GET(cuGraphExecNodeSetParams, "cuGraphExecNodeSetParams");
     GET(cuGraphNodeSetEnabled, "cuGraphNodeSetEnabled");
     GET(cuGraphGetNodes, "cuGraphGetNodes");

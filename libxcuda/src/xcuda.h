@@ -132,6 +132,8 @@ struct xc_real {
     CUresult (*cuGraphExecUpdate_v2)(CUgraphExec, CUgraph, void *);
     CUresult (*cuGraphExecKernelNodeSetParams_v1)(CUgraphExec, CUgraphNode, const void *);
     CUresult (*cuGraphExecKernelNodeSetParams_v2)(CUgraphExec, CUgraphNode, const void *);
+    CUresult (*cuGraphExecMemcpyNodeSetParams)(CUgraphExec, CUgraphNode, const void *, CUcontext);
+    CUresult (*cuGraphExecMemsetNodeSetParams)(CUgraphExec, CUgraphNode, const void *, CUcontext);
     CUresult (*cuGraphExecNodeSetParams)(CUgraphExec, CUgraphNode, void *);
     CUresult (*cuGraphNodeSetEnabled)(CUgraphExec, CUgraphNode, unsigned);
     CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
@@ -336,7 +338,8 @@ static inline int xc_signal_bounds(void)
 }
 
 /* ---- graph.c ---- */
-/* Wrappers whose exported names NVIDIA's header maps to other ones, or does not declare. */
+/* Wrappers whose exported names NVIDIA's header maps to other ones, does not declare, or
+ * declares with its parameter types (void * here, so both headers compile). */
 CUresult xc_graph_instantiate_v1(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,
                                  size_t logsz) __asm__("cuGraphInstantiate");
 CUresult cuGraphInstantiate_v2(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,
@@ -345,11 +348,18 @@ CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *pe, CUgraph g,
                                            CUDA_GRAPH_INSTANTIATE_PARAMS *p);
 CUresult xc_graph_exec_update_v1(CUgraphExec e, CUgraph g, CUgraphNode *err, void *res)
     __asm__("cuGraphExecUpdate");
-CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, void *info);
+CUresult xc_graph_exec_update_v2(CUgraphExec e, CUgraph g, void *info)
+    __asm__("cuGraphExecUpdate_v2");
 CUresult xc_graph_kernel_params_v1(CUgraphExec e, CUgraphNode n, const void *p)
     __asm__("cuGraphExecKernelNodeSetParams");
-CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, const void *p);
-CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, void *p);
+CUresult xc_graph_kernel_params_v2(CUgraphExec e, CUgraphNode n, const void *p)
+    __asm__("cuGraphExecKernelNodeSetParams_v2");
+CUresult xc_graph_memcpy_params(CUgraphExec e, CUgraphNode n, const void *p, CUcontext c)
+    __asm__("cuGraphExecMemcpyNodeSetParams");
+CUresult xc_graph_memset_params(CUgraphExec e, CUgraphNode n, const void *p, CUcontext c)
+    __asm__("cuGraphExecMemsetNodeSetParams");
+CUresult xc_graph_node_params(CUgraphExec e, CUgraphNode n, void *p)
+    __asm__("cuGraphExecNodeSetParams");
 CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode n, unsigned int on);
 /* Execs an offline process instantiated in chunks (see graph.c); 0 keeps the graph
  * launch's fast path as it was. */

@@ -23,7 +23,8 @@ for s in cuInit cuGetProcAddress cuGetProcAddress_v2 cuCtxCreate_v2 cuCtxCreate_
          cuStreamSynchronize_ptsz cuEventSynchronize cuGraphInstantiate cuGraphInstantiate_v2 \
          cuGraphInstantiateWithFlags cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz \
          cuGraphExecDestroy cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphExecKernelNodeSetParams \
-         cuGraphExecKernelNodeSetParams_v2 cuGraphExecNodeSetParams cuGraphNodeSetEnabled \
+         cuGraphExecKernelNodeSetParams_v2 cuGraphExecMemcpyNodeSetParams \
+         cuGraphExecMemsetNodeSetParams cuGraphExecNodeSetParams cuGraphNodeSetEnabled \
          sigaction signal; do
   need "$s XCUDA_1"
 done

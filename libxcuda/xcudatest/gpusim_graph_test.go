@@ -14,12 +14,12 @@ import (
 )
 
 // graphRun runs gpusim's train replaying its step as one CUDA graph (20 kernels, about
-// 15 ms on an H100) as an offline process that follows the signal page, beside GPU-filling
-// online requests, and returns the share of its kernels queued while those came that
-// gpusimd queued within 20 µs of the kernel before them: a graph launched whole queues
-// all its kernels at once, one launched in chunks while online work is recent (each held
-// and bounded by the gate) one chunk at a time.
-func graphRun(t *testing.T, role ctlblock.SignalRole) float64 {
+// 15 ms on an H100; trainArgs add to train's arguments) as an offline process that follows
+// the signal page, beside GPU-filling online requests, and returns the share of its
+// kernels queued while those came that gpusimd queued within 20 µs of the kernel before
+// them: a graph launched whole queues all its kernels at once, one launched in chunks while
+// online work is recent (each held and bounded by the gate) one chunk at a time.
+func graphRun(t *testing.T, role ctlblock.SignalRole, trainArgs ...string) float64 {
 	t.Helper()
 	trace := filepath.Join(t.TempDir(), "ops.csv")
 	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 10000, Signal: ctlblock.Signal{Role: role, GPUs: 1}},
@@ -27,8 +27,8 @@ func graphRun(t *testing.T, role ctlblock.SignalRole) float64 {
 	if err := page.SetFollowers([]uint32{1}); err != nil { // as muxd keeps it
 		t.Fatal(err)
 	}
-	train, tout := off.startGpusim(t, d, "train", "--duration", "4", "--mem", "64M", "--kernels", "20",
-		"--kernel-us", "500", "--graph")
+	train, tout := off.startGpusim(t, d, "train", append([]string{"--duration", "4", "--mem", "64M",
+		"--kernels", "20", "--kernel-us", "500", "--graph"}, trainArgs...)...)
 	time.Sleep(300 * time.Millisecond)
 	infer := on.gpusimCommand(d, "infer", "--rate", "constant:40", "--duration", "3", "--kernels", "1",
 		"--kernel-us", "1500", "--grid", "1056")
@@ -106,5 +106,14 @@ func TestGpusimSplitsLongGraphs(t *testing.T) {
 	}
 	if whole := graphRun(t, ctlblock.SignalNone); whole < 0.8 {
 		t.Errorf("not following the page, %.0f%% of the offline kernels were queued together with the one before, want most", 100*whole)
+	}
+}
+
+// TestGpusimSplitsGraphsWithCopies: a training step's graph that begins with its batch's
+// input copy and a memset (what a captured PyTorch step holds besides kernels) is split
+// too.
+func TestGpusimSplitsGraphsWithCopies(t *testing.T) {
+	if split := graphRun(t, ctlblock.SignalFollow, "--batch", "1M"); split > 0.4 {
+		t.Errorf("a graph with a copy and a memset: %.0f%% of the offline kernels were queued together with the one before, want few", 100*split)
 	}
 }

@@ -75,6 +75,7 @@ io_bytes = "1MiB"
 name = "a"
 graph = true
 mem = "2GiB"
+batch = "1MiB"
 bw = 0.9
 [muxflow]
 headroom = "15%"
@@ -89,7 +90,7 @@ offline_sm_max = "70%"
 		t.Errorf("InferArgs (-want +got):\n%s", d)
 	}
 	wantT := []string{"--duration", "3.5", "--kernels", "10", "--kernel-us", "500", "--big-share", "0.5", "--bw", "0.9",
-		"--mem", "2147483648", "--graph"}
+		"--mem", "2147483648", "--batch", "1048576", "--graph"}
 	if d := cmp.Diff(wantT, s.Offline[0].TrainArgs(3500*time.Millisecond)); d != "" {
 		t.Errorf("TrainArgs (-want +got):\n%s", d)
 	}
@@ -123,6 +124,7 @@ func TestParseScenarioRejects(t *testing.T) {
 		{"no offline", strings.Replace(minimal, "[[offline]]\nname = \"job\"\n", "", 1), "at least one"},
 		{"bad name", strings.Replace(minimal, `name = "job"`, `name = "../x"`, 1), "name"},
 		{"bw above 1", minimal + "bw = 1.5\n", "bw"},
+		{"batch above mem", minimal + "mem = \"1MiB\"\nbatch = \"2MiB\"\n", "batch 2097152 bytes is larger than mem"},
 		{"negative kernels", minimal + "kernels = -1\n", "kernels"},
 		{"burst without bursty", strings.Replace(minimal, "max_qps = 100", "max_qps = 100\nburst_on = \"1s\"", 1), "bursty"},
 		{"bursty without shape", strings.Replace(minimal, `"diurnal"`, `"bursty"`, 1), "burst_on"},

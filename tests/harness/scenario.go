@@ -75,7 +75,10 @@ type Offline struct {
 	BigShare *float64     `toml:"big_share"`
 	BW       *float64     `toml:"bw"`
 	Mem      policy.Bytes `toml:"mem"`
-	Graph    bool         `toml:"graph"`
+	// Batch: each step first copies this much input to the GPU and zeroes as much of
+	// its gradients (train --batch); with Graph, a copy and a memset node in the graph.
+	Batch policy.Bytes `toml:"batch"`
+	Graph bool         `toml:"graph"`
 }
 
 // Alloc mirrors the policy's [alloc] keys a scenario may set; zero values keep muxd's
@@ -269,6 +272,8 @@ func (s *Scenario) Validate() error {
 			return fmt.Errorf("offline %s: big_share %v must be in [0, 1]", j.Name, *j.BigShare)
 		case !fin(*j.BW) || *j.BW < 0 || *j.BW > 1:
 			return fmt.Errorf("offline %s: bw %v must be in [0, 1]", j.Name, *j.BW)
+		case j.Batch > j.Mem:
+			return fmt.Errorf("offline %s: batch %d bytes is larger than mem %d", j.Name, uint64(j.Batch), uint64(j.Mem))
 		}
 		names[j.Name] = true
 	}
@@ -371,6 +376,9 @@ func (j Offline) TrainArgs(d time.Duration) []string {
 		"--duration", g(d.Seconds()), "--kernels", strconv.Itoa(j.Kernels),
 		"--kernel-us", g(j.KernelUS), "--big-share", g(*j.BigShare), "--bw", g(*j.BW),
 		"--mem", strconv.FormatUint(uint64(j.Mem), 10),
+	}
+	if j.Batch > 0 {
+		a = append(a, "--batch", strconv.FormatUint(uint64(j.Batch), 10))
 	}
 	if j.Graph {
 		a = append(a, "--graph")
