@@ -60,6 +60,8 @@
 #define cuEventDestroy              cuEventDestroy_v2
 #define cuStreamBeginCapture        cuStreamBeginCapture_v2
 #define cuGraphInstantiate          cuGraphInstantiateWithFlags
+#define cuGraphExecUpdate           cuGraphExecUpdate_v2
+#define cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2
 #define cuGetProcAddress            cuGetProcAddress_v2
 
 #ifdef __cplusplus
@@ -687,6 +689,27 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
                                     unsigned long long flags);
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec);
+/* What changes an instantiated graph, with NVIDIA's parameter types: a wrapper declared
+ * otherwise (libxcuda's graph.c) fails to compile here as it would against NVIDIA's
+ * header. Only pointers to the structs pass through, so they stay incomplete. */
+typedef struct CUgraphExecUpdateResultInfo_st CUgraphExecUpdateResultInfo;
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st CUDA_KERNEL_NODE_PARAMS;
+typedef struct CUDA_MEMCPY3D_st CUDA_MEMCPY3D;
+typedef struct CUDA_MEMSET_NODE_PARAMS_st CUDA_MEMSET_NODE_PARAMS;
+typedef struct CUgraphNodeParams_st CUgraphNodeParams;
+CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph,
+                                   CUgraphExecUpdateResultInfo *resultInfo);
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+                                                CUcontext ctx);
+CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                          CUgraphNodeParams *nodeParams);
+CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                       unsigned int isEnabled);
 
 /*
  * Per-thread default stream variants, exported by the driver under these
