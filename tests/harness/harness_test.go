@@ -80,6 +80,7 @@ bw = 0.9
 [muxflow]
 headroom = "15%"
 offline_sm_max = "70%"
+fit_min = "20%"
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ offline_sm_max = "70%"
 		t.Errorf("DayLength = %v, want 10s (two days in 20s)", s.DayLength())
 	}
 	alloc := allocSection(s, false)
-	for _, line := range []string{`mode = "dynamic"`, `day_length = "10s"`, `headroom = "15%"`, `period = "100ms"`} {
+	for _, line := range []string{`mode = "dynamic"`, `day_length = "10s"`, `headroom = "15%"`, `period = "100ms"`, `fit_min = "20%"`} {
 		if !strings.Contains(alloc, line) {
 			t.Errorf("[alloc] lacks %s:\n%s", line, alloc)
 		}

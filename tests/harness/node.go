@@ -410,6 +410,9 @@ func allocSection(s *Scenario, static bool) string {
 	if m.Fit != nil {
 		text += fmt.Sprintf("fit = %t\n", *m.Fit)
 	}
+	if m.FitMin != nil {
+		pct("fit_min", *m.FitMin)
+	}
 	return text
 }
 

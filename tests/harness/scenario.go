@@ -94,6 +94,9 @@ type Alloc struct {
 	// Fit is the policy's alloc.fit (default on): size the offline MPS percentage so
 	// that the online kernels fit beside the offline ones.
 	Fit *bool `toml:"fit"`
+	// FitMin is the policy's alloc.fit_min: the least room the online kernels must leave
+	// for offline to be fitted in it (below it, offline gets the whole GPU).
+	FitMin *policy.Percent `toml:"fit_min"`
 	// HoldQueue is the policy's hold.queue: the GPU time an offline process keeps
 	// outstanding while online work is recent.
 	HoldQueue *policy.Duration `toml:"hold_queue"`
