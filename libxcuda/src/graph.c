@@ -6,11 +6,10 @@
  * through every online request that arrived meanwhile (docs/results.md,
  * t4-graph-fill). So when an offline process (signal role follow) instantiates a graph
  * whose nodes are kernels, copies and memsets (or empty), libxcuda also instantiates it
- * in chunks of
- * consecutive nodes, in a topological order, each a clone of the graph with the other
- * nodes destroyed. While online work is recent on its GPU (xc_signal_bounds) a launch
- * of that graph is its chunks, in order on the same stream and in groups of about the
- * queue budget of GPU time, each group held and bounded by the gate as a launch is;
+ * in chunks of consecutive nodes, in a topological order, each a clone of the graph with
+ * the other nodes destroyed. While online work is recent on its GPU (xc_signal_bounds) a
+ * launch of that graph is its chunks, in order on the same stream and in groups of about
+ * the queue budget of GPU time, each group held and bounded by the gate as a launch is;
  * otherwise it is the whole graph, as before.
  *
  * What the whole graph promises is kept: the chunks run in an order its edges allow,
