@@ -58,6 +58,7 @@ static const struct entry table[] = {
 	P(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz),
 	E(cuGraphCreate), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuGraphGetNodes), E(cuGraphGetEdges),
 	E(cuGraphNodeGetType), E(cuGraphClone), E(cuGraphNodeFindInClone), E(cuGraphDestroyNode), P(cuGraphLaunch, cuGraphLaunch_ptsz),
+	E(cuGraphExecMemsetNodeSetParams),
 };
 
 static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -421,6 +421,20 @@ GS_EXPORT CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph g, unsigned long 
 	return CUDA_SUCCESS;
 }
 
+/* The fake keeps no memory contents, so a memset node's new parameters only need to be
+ * valid: the node must be a memset of the graph, and the memset one libxcuda could see. */
+GS_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNode nd,
+						  const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+	(void)ctx;
+	if (e == NULL || e->magic != GS_MAGIC_EXEC || !node_valid(nd) || p == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!nd->n.is_copy || nd->n.kind != GS_COPY_MEMSET || p->dst == 0 || p->width == 0 ||
+	    p->height == 0 || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4))
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
 GS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
 {
 	if (e == NULL || e->magic != GS_MAGIC_EXEC)

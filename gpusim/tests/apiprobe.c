@@ -268,6 +268,18 @@ int main(void)
 	CHECK("launch the clone", cuGraphLaunch(ge, s), CUDA_SUCCESS);
 	CHECK("clone sync", cuStreamSynchronize(s), CUDA_SUCCESS);
 	CHECK("destroy the clone's exec", cuGraphExecDestroy(ge), CUDA_SUCCESS);
+	/* a node's parameters set again in an instantiated graph */
+	CHECK("instantiate the graph again", cuGraphInstantiate(&ge, g, 0), CUDA_SUCCESS);
+	CUDA_MEMSET_NODE_PARAMS mp = {.dst = p, .elementSize = 4, .width = 16, .height = 1};
+	CHECK("set the memset node", cuGraphExecMemsetNodeSetParams(ge, nodes[1], &mp, ctx), CUDA_SUCCESS);
+	CHECK("set a kernel node as a memset", cuGraphExecMemsetNodeSetParams(ge, nodes[0], &mp, ctx),
+	      CUDA_ERROR_INVALID_VALUE);
+	mp.elementSize = 3;
+	CHECK("a memset of 3-byte elements", cuGraphExecMemsetNodeSetParams(ge, nodes[1], &mp, ctx),
+	      CUDA_ERROR_INVALID_VALUE);
+	CHECK("launch it set again", cuGraphLaunch(ge, s), CUDA_SUCCESS);
+	CHECK("set-again sync", cuStreamSynchronize(s), CUDA_SUCCESS);
+	CHECK("destroy it", cuGraphExecDestroy(ge), CUDA_SUCCESS);
 	CHECK("destroy the clone", cuGraphDestroy(gc), CUDA_SUCCESS);
 	CHECK("cuGraphDestroy", cuGraphDestroy(g), CUDA_SUCCESS);
 

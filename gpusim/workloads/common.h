@@ -28,6 +28,10 @@ struct drv {
 	CUresult (*GraphLaunch)(CUgraphExec, CUstream);
 	CUresult (*GraphDestroy)(CUgraph);
 	CUresult (*GraphExecDestroy)(CUgraphExec);
+	CUresult (*GraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
+	CUresult (*GraphNodeGetType)(CUgraphNode, CUgraphNodeType *);
+	CUresult (*GraphExecMemsetNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *,
+						 CUcontext);
 	CUresult (*ModuleLoadData)(CUmodule *, const void *);
 	CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
 	CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,

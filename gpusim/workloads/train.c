@@ -13,8 +13,8 @@
 static void usage(void)
 {
 	fprintf(stderr, "usage: train [--iters N | --duration S] [--kernels K] [--big-share F] [--kernel-us U]\n"
-			"             [--small-grid B] [--bw F] [--mem BYTES] [--batch BYTES] [--graph] [--device D]\n"
-			"             [--dlsym]\n");
+			"             [--small-grid B] [--bw F] [--mem BYTES] [--batch BYTES] [--graph]\n"
+			"             [--update-every N] [--device D] [--dlsym]\n");
 }
 
 /* step_work enqueues one step: the batch's input copy and zeroed gradients (when batch > 0),
@@ -31,11 +31,27 @@ static CUresult step_work(struct drv *d, CUfunction fn, CUstream st, int kernels
 	return r;
 }
 
+/* find_memset finds g's memset node (step_work's gradients). */
+static CUresult find_memset(struct drv *d, CUgraph g, CUgraphNode *out)
+{
+	CUgraphNode nodes[64];
+	size_t n = sizeof nodes / sizeof nodes[0];
+	CUresult r = d->GraphGetNodes(g, nodes, &n);
+	for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
+		CUgraphNodeType t;
+		if ((r = d->GraphNodeGetType(nodes[i], &t)) == CUDA_SUCCESS && t == CU_GRAPH_NODE_TYPE_MEMSET) {
+			*out = nodes[i];
+			return CUDA_SUCCESS;
+		}
+	}
+	return r == CUDA_SUCCESS ? CUDA_ERROR_NOT_FOUND : r;
+}
+
 int main(int argc, char **argv)
 {
 	long iters = 0;
 	double duration = 5, big_share = 0.5, kernel_us = 500, bw = 0.4;
-	int kernels = 10, device = 0, graph = 0, use_dlsym = 0;
+	int kernels = 10, device = 0, graph = 0, use_dlsym = 0, update_every = 0;
 	unsigned small_grid = 64;
 	uint64_t mem = 1ull << 30, batch = 0;
 	for (int i = 1; i < argc; i++) {
@@ -73,6 +89,8 @@ int main(int argc, char **argv)
 			ok = parse_bytes(v, &batch) == 0;
 		else if (strcmp(a, "--device") == 0)
 			ok = sscanf(v, "%d", &device) == 1 && device >= 0;
+		else if (strcmp(a, "--update-every") == 0)
+			ok = sscanf(v, "%d", &update_every) == 1 && update_every >= 1;
 		else
 			ok = 0;
 		if (!ok) {
@@ -80,6 +98,10 @@ int main(int argc, char **argv)
 			usage();
 			return 2;
 		}
+	}
+	if (update_every > 0 && (!graph || batch == 0)) {
+		fprintf(stderr, "train: --update-every sets the graph's memset: it needs --graph and --batch\n");
+		return 2;
 	}
 	if (batch > mem) {
 		fprintf(stderr, "train: --batch %llu is larger than --mem %llu\n", (unsigned long long)batch,
@@ -123,8 +145,9 @@ int main(int argc, char **argv)
 	unsigned big_grid = (unsigned)sms * 8 * 2;
 	int nbig = (int)lround(big_share * kernels);
 	CUgraphExec exec = NULL;
+	CUgraph g = NULL;
+	CUgraphNode zero = NULL; /* the graph's memset, set again every update_every steps */
 	if (graph) {
-		CUgraph g;
 		r = d.StreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_GLOBAL);
 		if (r == CUDA_SUCCESS)
 			r = step_work(&d, fn, st, kernels, nbig, big_grid, small_grid, foot, input, batch);
@@ -132,12 +155,17 @@ int main(int argc, char **argv)
 			r = d.StreamEndCapture(st, &g);
 		if (r == CUDA_SUCCESS)
 			r = d.GraphInstantiate(&exec, g, 0);
+		if (r == CUDA_SUCCESS && update_every > 0)
+			r = find_memset(&d, g, &zero);
 		if (r != CUDA_SUCCESS) {
 			printf("{\"iterations\":0,\"it_per_s\":0,\"errors\":1,\"first_error\":\"%s\",\"failed_at\":\"graph\"}\n",
 			       drv_errname(&d, r));
 			return 3;
 		}
-		d.GraphDestroy(g);
+		if (update_every == 0) {
+			d.GraphDestroy(g);
+			g = NULL;
+		}
 	}
 	/* events around each step give its GPU time, free of host-side delays */
 	CUevent ev0, ev1;
@@ -153,6 +181,10 @@ int main(int argc, char **argv)
 	double t0 = now_s();
 	while (iters > 0 ? done < iters : now_s() - t0 < duration) {
 		r = d.EventRecord(ev0, st);
+		if (r == CUDA_SUCCESS && zero != NULL && done % update_every == 0) {
+			CUDA_MEMSET_NODE_PARAMS p = {.dst = foot, .elementSize = 1, .width = batch, .height = 1};
+			r = d.GraphExecMemsetNodeSetParams(exec, zero, &p, ctx);
+		}
 		if (r == CUDA_SUCCESS && graph)
 			r = d.GraphLaunch(exec, st);
 		else if (r == CUDA_SUCCESS)
@@ -184,6 +216,8 @@ int main(int argc, char **argv)
 		return 3;
 	if (exec)
 		d.GraphExecDestroy(exec);
+	if (g)
+		d.GraphDestroy(g);
 	if (foot)
 		d.MemFree(foot);
 	d.StreamDestroy(st);

@@ -691,11 +691,19 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec);
 /* What changes an instantiated graph, with NVIDIA's parameter types: a wrapper declared
  * otherwise (libxcuda's graph.c) fails to compile here as it would against NVIDIA's
- * header. Only pointers to the structs pass through, so they stay incomplete. */
+ * header. Only pointers to most of the structs pass through, so they stay incomplete. */
 typedef struct CUgraphExecUpdateResultInfo_st CUgraphExecUpdateResultInfo;
 typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st CUDA_KERNEL_NODE_PARAMS;
 typedef struct CUDA_MEMCPY3D_st CUDA_MEMCPY3D;
-typedef struct CUDA_MEMSET_NODE_PARAMS_st CUDA_MEMSET_NODE_PARAMS;
+typedef struct CUDA_MEMSET_NODE_PARAMS_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize; /* 1, 2 or 4 */
+    size_t width;             /* elements a row */
+    size_t height;            /* rows */
+} CUDA_MEMSET_NODE_PARAMS_v1;
+typedef CUDA_MEMSET_NODE_PARAMS_v1 CUDA_MEMSET_NODE_PARAMS;
 typedef struct CUgraphNodeParams_st CUgraphNodeParams;
 CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph,
                                    CUgraphExecUpdateResultInfo *resultInfo);

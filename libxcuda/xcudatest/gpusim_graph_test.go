@@ -117,3 +117,12 @@ func TestGpusimSplitsGraphsWithCopies(t *testing.T) {
 		t.Errorf("a graph with a copy and a memset: %.0f%% of the offline kernels were queued together with the one before, want few", 100*split)
 	}
 }
+
+// TestGpusimChangedGraphGoesWhole: once a job sets a node of its instantiated graph again
+// (here its memset, cuGraphExecMemsetNodeSetParams, before every step) the chunks no
+// longer hold what the graph does, and the graph is launched whole.
+func TestGpusimChangedGraphGoesWhole(t *testing.T) {
+	if whole := graphRun(t, ctlblock.SignalFollow, "--batch", "1M", "--update-every", "1"); whole < 0.8 {
+		t.Errorf("a graph set again before every step: %.0f%% of the offline kernels were queued together with the one before, want most (launched whole)", 100*whole)
+	}
+}
