@@ -166,10 +166,11 @@ static CUresult chunk(CUgraph g, CUgraphNode *ord, size_t n, size_t lo, size_t h
 
 /* splittable: a node of type t may run in a chunk of its own graph. Copies and memsets
  * (a training step's inputs, its zeroed gradients) only wait for what comes before them
- * in the stream, which includes everything their edges asked for. Not so: event waits
- * and external semaphores (a node after them in the order, which they did not wait for,
- * could be what sets them), host calls (likewise, on the host), memory nodes (their
- * allocation belongs to the one graph), child graphs and conditionals. */
+ * in the stream, which includes everything their edges asked for. Not so: event waits,
+ * external semaphores and host calls (a node after them in the order, which they did not
+ * wait for, could be what they wait on), event records (they would fire later than the
+ * graph says), memory nodes (their allocation belongs to the one graph), child graphs and
+ * conditionals. */
 static int splittable(CUgraphNodeType t)
 {
     return t == CU_GRAPH_NODE_TYPE_EMPTY || t == CU_GRAPH_NODE_TYPE_MEMCPY ||
