@@ -421,8 +421,8 @@ GS_EXPORT CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph g, unsigned long 
 	return CUDA_SUCCESS;
 }
 
-/* The fake keeps no memory contents, so a memset node's new parameters only need to be
- * valid: the node must be a memset of the graph, and the memset one libxcuda could see. */
+/* The fake keeps no memory contents, so new parameters for a memset node are only checked:
+ * the node must be a memset, and the parameters a memset the driver would take. */
 GS_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNode nd,
 						  const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
 {

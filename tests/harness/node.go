@@ -394,51 +394,53 @@ func allocSection(s *Scenario, static bool) string {
 		day = 24 * time.Hour
 	}
 	text := fmt.Sprintf("mode = %q\nperiod = %q\nday_length = %q\n", mode, m.Period.D().String(), day.String())
-	pct := func(key string, p interface{ MarshalText() ([]byte, error) }) {
-		b, _ := p.MarshalText()
-		text += key + " = " + strconv.Quote(string(b)) + "\n"
-	}
 	if m.Headroom != nil {
-		pct("headroom", *m.Headroom)
+		text += percentLine("headroom", *m.Headroom)
 	}
 	if m.GiveBack != nil {
-		pct("give_back", *m.GiveBack)
+		text += percentLine("give_back", *m.GiveBack)
 	}
 	if m.StaticShare != nil {
-		pct("static_share", *m.StaticShare)
+		text += percentLine("static_share", *m.StaticShare)
 	}
 	if m.Fit != nil {
 		text += fmt.Sprintf("fit = %t\n", *m.Fit)
 	}
 	if m.FitMin != nil {
-		pct("fit_min", *m.FitMin)
+		text += percentLine("fit_min", *m.FitMin)
 	}
 	return text
 }
 
 // policySections is the policy text, beyond [alloc], that a scenario's [muxflow] keys set.
 func policySections(s *Scenario) string {
+	m := s.Muxflow
+	dur := func(key string, d policy.Duration) string { return key + " = " + strconv.Quote(d.D().String()) + "\n" }
 	sections := ""
-	if p := s.Muxflow.OfflineSMMax; p != nil {
-		b, _ := p.MarshalText()
-		sections = "[classes.offline]\nsm_max = " + strconv.Quote(string(b)) + "\n"
+	if m.OfflineSMMax != nil {
+		sections = "[classes.offline]\n" + percentLine("sm_max", *m.OfflineSMMax)
 	}
 	hold := ""
-	if q := s.Muxflow.HoldQueue; q != nil {
-		hold += "queue = " + strconv.Quote(q.D().String()) + "\n"
+	if m.HoldQueue != nil {
+		hold += dur("queue", *m.HoldQueue)
 	}
-	if l := s.Muxflow.HoldLinger; l != nil {
-		hold += "linger = " + strconv.Quote(l.D().String()) + "\n"
+	if m.HoldLinger != nil {
+		hold += dur("linger", *m.HoldLinger)
 	}
-	if d := s.Muxflow.HoldPeriod; d != nil {
-		hold += "period = " + strconv.Quote(d.D().String()) + "\n"
+	if m.HoldPeriod != nil {
+		hold += dur("period", *m.HoldPeriod)
 	}
-	if p := s.Muxflow.HoldMax; p != nil {
-		b, _ := p.MarshalText()
-		hold += "max = " + strconv.Quote(string(b)) + "\n"
+	if m.HoldMax != nil {
+		hold += percentLine("max", *m.HoldMax)
 	}
 	if hold != "" {
 		sections += "[hold]\n" + hold
 	}
 	return sections
+}
+
+// percentLine is one policy line `key = "N%"`.
+func percentLine(key string, p policy.Percent) string {
+	b, _ := p.MarshalText()
+	return key + " = " + strconv.Quote(string(b)) + "\n"
 }
