@@ -48,6 +48,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	opTrace := fs.Bool("op-trace", false, "with --logs: also keep gpusimd's trace of every GPU operation (gpusim-ops.csv; slows gpusimd a little)")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	repeat := fs.Int("repeat", 1, "run every strategy this many times, in turn, and report medians")
+	stallReruns := fs.Int("stall-reruns", 1, "run again, up to this many times, a run in which gpusimd fell behind real time for 1% of the window or more (the last run is reported, with a note)")
 	// Flags may follow the scenario files: parse them in any order.
 	var files []string
 	rest := args[1:]
@@ -71,6 +72,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *repeat < 1 || *repeat > 20 {
 		return fmt.Errorf("--repeat %d must be in 1..20", *repeat)
+	}
+	if *stallReruns < 0 || *stallReruns > 5 {
+		return fmt.Errorf("--stall-reruns %d must be in 0..5", *stallReruns)
 	}
 	if *opTrace && *logs == "" {
 		return errors.New("--op-trace needs --logs DIR: the trace is kept with each run's logs")
@@ -113,7 +117,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			dir = d
 		}
-		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log, Repeat: *repeat, OpTrace: *opTrace}
+		r := &Runner{Scenario: s, Artifacts: art, Dir: dir, Log: log, Repeat: *repeat, StallReruns: *stallReruns, OpTrace: *opTrace}
 		rep, err := r.Run(ctx, sts)
 		if err != nil {
 			// The error names logs under the work directory: keep it.

@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image/png"
 	"math"
@@ -383,6 +384,8 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"run", "../scenarios/diurnal.toml", "--duration", "-1s"}, "negative"},
 		{[]string{"run", "--nope"}, "not defined"},
 		{[]string{"run", "--repeat", "0", "../scenarios/diurnal.toml"}, "--repeat"},
+		{[]string{"run", "--stall-reruns", "-1", "../scenarios/diurnal.toml"}, "--stall-reruns"},
+		{[]string{"run", "--stall-reruns", "6", "../scenarios/diurnal.toml"}, "--stall-reruns"},
 		{[]string{"run", "--op-trace", "../scenarios/diurnal.toml"}, "--op-trace needs --logs"},
 	} {
 		var out, errb bytes.Buffer
@@ -508,6 +511,53 @@ func TestStallNote(t *testing.T) {
 		}
 		if n != "" && !strings.Contains(n, fmt.Sprintf("stalled %d times", tc.stalls)) {
 			t.Errorf("note %q does not give the count", n)
+		}
+	}
+}
+
+func TestRerunStalled(t *testing.T) {
+	w := 12 * time.Second
+	stalled := Result{ReqP99: 9, SimStalls: 36, SimStalledMs: 127, Window: w}
+	clean := Result{ReqP99: 2, SimStalls: 1, SimStalledMs: 3, Window: w}
+	boom := errors.New("node did not start")
+	for _, tc := range []struct {
+		name   string
+		first  Result
+		err    error
+		reruns int
+		runs   []Result // what each re-run returns
+		runErr error
+		want   float64 // the reported run's p99
+		calls  int
+		note   string
+	}{
+		{"clean run kept", clean, nil, 1, []Result{stalled}, nil, 2, 0, ""},
+		{"stalled run replaced", stalled, nil, 1, []Result{clean}, nil, 2, 1, "run 2 times"},
+		{"reruns off", stalled, nil, 0, []Result{clean}, nil, 9, 0, ""},
+		// The last run is kept even when it stalled too: a strategy that always stalls
+		// the simulator must still say so.
+		{"stalled again", stalled, nil, 1, []Result{stalled}, nil, 9, 1, "run 1 stalled gpusimd 36 times (127 ms)"},
+		{"second rerun clean", stalled, nil, 2, []Result{stalled, clean}, nil, 2, 2, "run 3 times"},
+		{"first run failed", stalled, boom, 1, []Result{clean}, nil, 9, 0, ""},
+		{"rerun failed", stalled, nil, 1, []Result{clean}, boom, 2, 1, ""},
+	} {
+		calls := 0
+		got, err := rerunStalled(tc.first, tc.err, tc.reruns, func(k int) (Result, error) {
+			calls++
+			if k != calls {
+				t.Errorf("%s: re-run numbered %d, want %d", tc.name, k, calls)
+			}
+			return tc.runs[k-1], tc.runErr
+		})
+		if calls != tc.calls || got.ReqP99 != tc.want {
+			t.Errorf("%s: %d re-runs reporting p99 %v, want %d reporting %v", tc.name, calls, got.ReqP99, tc.calls, tc.want)
+		}
+		if wantErr := tc.err != nil || tc.runErr != nil; (err != nil) != wantErr {
+			t.Errorf("%s: error %v", tc.name, err)
+		}
+		notes := strings.Join(got.Notes, "\n")
+		if tc.note == "" && notes != "" || !strings.Contains(notes, tc.note) {
+			t.Errorf("%s: notes %q, want one containing %q", tc.name, notes, tc.note)
 		}
 	}
 }
