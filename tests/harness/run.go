@@ -269,12 +269,12 @@ func (r *Runner) pass(ctx context.Context, strategies []Strategy, dir string, k,
 		}
 		r.progress(string(s) + tag)
 		res, err := r.runStrategy(ctx, s, p.OfflineAlone, dir)
-		res, err = rerunStalled(res, err, r.StallReruns, func(k int) (Result, error) {
+		res, err = rerunStalled(res, err, r.StallReruns, func(try int) (Result, error) {
 			r.progress(fmt.Sprintf("%s%s again: gpusimd fell behind real time", s, tag))
 			// The stalled run's logs stay beside the new one's, and its muxd state
 			// cannot leak into it.
 			run := filepath.Join(dir, string(s))
-			if err := os.Rename(run, fmt.Sprintf("%s.stalled-%d", run, k)); err != nil {
+			if err := os.Rename(run, fmt.Sprintf("%s.stalled-%d", run, try)); err != nil {
 				os.RemoveAll(run)
 			}
 			return r.runStrategy(ctx, s, p.OfflineAlone, dir)
