@@ -97,6 +97,18 @@ static void do_resolve(void)
     GET(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel_ptsz");
     GET(cuGraphLaunch, "cuGraphLaunch");
     GET(cuGraphLaunch_ptsz, "cuGraphLaunch_ptsz");
+    GET(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+    GET(cuMemcpyHtoDAsync_ptsz, "cuMemcpyHtoDAsync_v2_ptsz");
+    GET(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    GET(cuMemcpyDtoHAsync_ptsz, "cuMemcpyDtoHAsync_v2_ptsz");
+    GET(cuMemcpyAsync, "cuMemcpyAsync");
+    GET(cuMemcpyAsync_ptsz, "cuMemcpyAsync_ptsz");
+    GET(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    GET(cuMemcpyHtoD_ptds, "cuMemcpyHtoD_v2_ptds");
+    GET(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    GET(cuMemcpyDtoH_ptds, "cuMemcpyDtoH_v2_ptds");
+    GET(cuMemcpy, "cuMemcpy");
+    GET(cuMemcpy_ptds, "cuMemcpy_ptds");
     GET(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
     GET(cuGraphInstantiate_v1, "cuGraphInstantiate");
     GET(cuGraphInstantiate_v2, "cuGraphInstantiate_v2");

@@ -52,6 +52,12 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStre
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream hStream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s);
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s);
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n);
+CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n);
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n);
 
 /* ---- real.c ---- */
 
@@ -118,6 +124,19 @@ struct xc_real {
     xc_launch_ex_fn cuLaunchKernelEx, cuLaunchKernelEx_ptsz;
     xc_launch_coop_fn cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz;
     xc_graph_launch_fn cuGraphLaunch, cuGraphLaunch_ptsz;
+    /* host<->device copies (copy.c) */
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*cuMemcpyHtoDAsync_ptsz)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuMemcpyDtoHAsync_ptsz)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuMemcpyAsync_ptsz)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyHtoD_ptds)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*cuMemcpyDtoH_ptds)(void *, CUdeviceptr, size_t);
+    CUresult (*cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*cuMemcpy_ptds)(CUdeviceptr, CUdeviceptr, size_t);
     /* graphs: instantiation (every ABI), what changes an instantiated graph, and what
      * splitting one takes (graph.c) */
     CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);

@@ -25,6 +25,9 @@ for s in cuInit cuGetProcAddress cuGetProcAddress_v2 cuCtxCreate_v2 cuCtxCreate_
          cuGraphExecDestroy cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphExecKernelNodeSetParams \
          cuGraphExecKernelNodeSetParams_v2 cuGraphExecMemcpyNodeSetParams \
          cuGraphExecMemsetNodeSetParams cuGraphExecNodeSetParams cuGraphNodeSetEnabled \
+         cuMemcpyHtoDAsync_v2 cuMemcpyHtoDAsync_v2_ptsz cuMemcpyDtoHAsync_v2 cuMemcpyDtoHAsync_v2_ptsz \
+         cuMemcpyAsync cuMemcpyAsync_ptsz cuMemcpyHtoD_v2 cuMemcpyHtoD_v2_ptds cuMemcpyDtoH_v2 \
+         cuMemcpyDtoH_v2_ptds cuMemcpy cuMemcpy_ptds \
          sigaction signal; do
   need "$s XCUDA_1"
 done
