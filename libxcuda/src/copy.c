@@ -20,7 +20,7 @@
         if (real_ == NULL)                                                   \
             return CUDA_ERROR_NOT_INITIALIZED;                               \
         if (!xc_tls_inside)                                                  \
-            xc_signal_launch();                                              \
+            xc_signal_copy();                                                \
         return xc_note_sticky(real_ args);                                   \
     }                                                                        \
     XC_EXPORT CUresult name params                                           \

@@ -568,6 +568,8 @@ void xc_signal_launch(void)
         /* Every 32nd launch of a thread comes here anyway: refresh then. */
         if (!all_quiet() || (xc_tls_launches & XC_FLUSH_MASK) == 0)
             publish();
+        if (xc_sig.n == 1 && XC_LOAD(&xc_sig.w0) != xc_sig.w[0])
+            XC_STORE(&xc_sig.w0, (const uint64_t *)xc_sig.w[0]); /* after a copy */
     } else {
         follow_fitted();
         if (!all_quiet() || XC_LOAD(&ahead_period) != 0 ||
@@ -583,6 +585,22 @@ void xc_signal_launch(void)
             follow_slow(0);
         }
     }
+}
+
+void xc_signal_copy(void)
+{
+    if (xc_sig.n == 0)
+        return;
+    if (!xc_sig.pub) {
+        xc_signal_launch();
+        return;
+    }
+    publish();
+    /* The next launch still takes the slow path, as the first after an idle GPU did
+     * before the copy set the slot: that is where the online kernels' width is noted
+     * (width.c). It points w0 back at the slot (xc_signal_launch). */
+    if (xc_sig.n == 1)
+        XC_STORE(&xc_sig.w0, &never_quiet[1]);
 }
 
 void xc_signal_note_ended(void)

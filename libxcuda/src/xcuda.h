@@ -309,6 +309,10 @@ void xc_signal_init(const char *path);
 /* Launch slow path: publish (online), or hold while online work is published,
  * within the hold budget (offline). */
 void xc_signal_launch(void);
+/* A host<->device copy's part (copy.c): online, publish as a launch does, and leave the
+ * next launch its slow path (where the kernels' width is noted); offline, hold as a
+ * launch does. */
+void xc_signal_copy(void);
 /* Offline: online work was published within XCUDA_SHRINK_NS of now; a throttled
  * offline process then keeps at most the queue budget of measured work in flight, so
  * that little of it is queued ahead of the next online request (online_seen), and one
