@@ -535,11 +535,15 @@ static int xc_signal_fitted(void)
     return atomic_load_explicit(&fitted, memory_order_relaxed);
 }
 
-int xc_signal_online_seen(uint64_t now)
+int xc_signal_online_seen_within(uint64_t now, uint64_t window)
 {
     uint64_t seen = XC_LOAD(&online_seen);
-    return xc_sig.n != 0 && !xc_sig.pub && seen != 0 && now >= seen &&
-           now - seen < XCUDA_SHRINK_NS;
+    return xc_sig.n != 0 && !xc_sig.pub && seen != 0 && now >= seen && now - seen < window;
+}
+
+int xc_signal_online_seen(uint64_t now)
+{
+    return xc_signal_online_seen_within(now, XCUDA_SHRINK_NS);
 }
 
 int xc_signal_online_recent(uint64_t now)
