@@ -9,8 +9,8 @@
  * budget as its launches (signal.c). A copy on the link cannot be stopped, and a batch
  * of tens of MiB takes milliseconds, so while online work is recent on its GPU (seen
  * within XC_COPY_RECENT_NS) an offline copy larger than XC_COPY_CHUNK goes in chunks,
- * each held and each started once the one before has finished: a request that arrives
- * meets at most one chunk on the link. Copies are not launches: they are neither counted (muxd's
+ * each held and each started once the one before has finished (wait_chunk): a request
+ * that arrives meets at most one chunk on the link. Copies are not launches: they are neither counted (muxd's
  * launch rates) nor measured by the gate. The fast path is the launch fast path's
  * signal test: one load of the slot. */
 #include "xcuda.h"
@@ -24,6 +24,29 @@
  * chunks cost offline little (tests/scenarios/probes/t4-copies.toml: the same throughput). */
 #define XC_COPY_RECENT_NS 1000000000ull
 
+/* The longest a chunk waits for the one before (and, for the first, for the step's work
+ * queued before it on the stream): past it the rest of the copy goes without waiting. A
+ * stream can wait on something only this thread would do next (a value it writes, a
+ * semaphore it signals), so the wait must not block for good. */
+#define XC_COPY_WAIT_MAX_NS 50000000ull
+
+/* wait_chunk waits, polling, until stream s has nothing left to do, for at most
+ * XC_COPY_WAIT_MAX_NS; an error of the stream's work is returned. */
+static CUresult wait_chunk(CUstream s)
+{
+    if (xc_real.cuStreamQuery == NULL)
+        return CUDA_SUCCESS;
+    uint64_t t0 = xc_now_mono_ns();
+    for (;;) {
+        CUresult r = xc_real.cuStreamQuery(s);
+        if (r != CUDA_ERROR_NOT_READY)
+            return r;
+        if (xc_now_mono_ns() - t0 >= XC_COPY_WAIT_MAX_NS)
+            return CUDA_SUCCESS;
+        xc_sleep_ns(20000);
+    }
+}
+
 /* split: copy of n bytes on stream s (or a synchronous one: sync) goes in chunks. A
  * stream being captured only records graph nodes, and may not be synchronised. */
 static int split(size_t n, CUstream s, int sync)
@@ -36,7 +59,7 @@ static int split(size_t n, CUstream s, int sync)
     if (sync)
         return 1;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    return xc_real.cuStreamIsCapturing != NULL && xc_real.cuStreamSynchronize != NULL &&
+    return xc_real.cuStreamIsCapturing != NULL && xc_real.cuStreamQuery != NULL &&
            xc_real.cuStreamIsCapturing(s, &st) == CUDA_SUCCESS &&
            st == CU_STREAM_CAPTURE_STATUS_NONE;
 }
@@ -92,8 +115,9 @@ static int split(size_t n, CUstream s, int sync)
 #define HTOD_CHUNK (dst + off, (const char *)src + off, len)
 #define DTOH_CHUNK ((char *)dst + off, src + off, len)
 #define ANY_CHUNK (dst + off, src + off, len)
-#define WAIT xc_real.cuStreamSynchronize(s)
-#define WAIT_PTSZ xc_real.cuStreamSynchronize_ptsz(s)
+#define WAIT wait_chunk(s)
+/* The per-thread default stream, when a _ptsz call names the default one. */
+#define WAIT_PTSZ wait_chunk(s != NULL ? s : CU_STREAM_PER_THREAD)
 
 COPY(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, HTOD_ASYNC, ASYNC_ARGS, HTOD_ASYNC_CHUNK, s, 0, WAIT)
 COPY(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_ptsz, HTOD_ASYNC, ASYNC_ARGS, HTOD_ASYNC_CHUNK,
