@@ -1,8 +1,6 @@
 package xcudatest
 
 import (
-	"encoding/csv"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -42,19 +40,7 @@ func copyRun(t *testing.T, role ctlblock.SignalRole) (float64, float64, inferRes
 		t.Fatalf("train: %+v", tr)
 	}
 	d.Stop() // flushes the trace
-	f, err := os.Open(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil || len(rows) < 2 {
-		t.Fatalf("op trace: %v (%d rows)", err, len(rows))
-	}
-	col := map[string]int{}
-	for i, h := range rows[0] {
-		col[h] = i
-	}
+	rows, col := readOpTrace(t, trace)
 	num := func(r []string, c string) float64 {
 		v, _ := strconv.ParseFloat(r[col[c]], 64)
 		return v
@@ -64,7 +50,7 @@ func copyRun(t *testing.T, role ctlblock.SignalRole) (float64, float64, inferRes
 	var requests []span
 	var starts []float64 // the offline batch copies' starts
 	open := -1.0
-	for _, r := range rows[1:] {
+	for _, r := range rows {
 		switch pid, kind := r[col["pid"]], r[col["kind"]]; {
 		case pid == onPID && kind == "h2d":
 			open = num(r, "queued_us")

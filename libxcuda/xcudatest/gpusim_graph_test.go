@@ -13,6 +13,26 @@ import (
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 )
 
+// readOpTrace reads gpusimd's op trace (gpusimd -op-trace): its rows after the header, and
+// each column's index by name.
+func readOpTrace(t *testing.T, path string) ([][]string, map[string]int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) < 2 {
+		t.Fatalf("op trace: %v (%d rows)", err, len(rows))
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	return rows[1:], col
+}
+
 // graphRun runs gpusim's train replaying its step as one CUDA graph (20 kernels, about
 // 15 ms on an H100; trainArgs add to train's arguments) as an offline process that follows
 // the signal page, beside GPU-filling online requests, and returns the share of its
@@ -42,24 +62,12 @@ func graphRun(t *testing.T, role ctlblock.SignalRole, trainArgs ...string) float
 		t.Fatalf("train: %+v", r)
 	}
 	d.Stop() // flushes the trace
-	f, err := os.Open(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil || len(rows) < 2 {
-		t.Fatalf("op trace: %v (%d rows)", err, len(rows))
-	}
-	col := map[string]int{}
-	for i, h := range rows[0] {
-		col[h] = i
-	}
+	rows, col := readOpTrace(t, trace)
 	// the offline kernels queued while online requests came
 	offPID, onPID := strconv.Itoa(train.Process.Pid), strconv.Itoa(infer.Process.Pid)
 	type op struct{ queued, end float64 }
 	var ops, online []op
-	for _, r := range rows[1:] {
+	for _, r := range rows {
 		if r[col["kind"]] != "kernel" {
 			continue
 		}
