@@ -7,21 +7,21 @@
  * process's copy publishes that it has work on its GPU, as a launch does, and an
  * offline process's copy is held while online work is in flight, within the same hold
  * budget as its launches (signal.c). A copy on the link cannot be stopped, and a batch
- * of tens of MiB takes milliseconds, so while online work is recent on its GPU (seen
- * within XC_COPY_RECENT_NS) an offline copy larger than XC_COPY_CHUNK goes in chunks,
- * each held and each started once the one before has finished (wait_chunk): a request
- * that arrives meets at most one chunk on the link. Copies are not launches: they are neither counted (muxd's
- * launch rates) nor measured by the gate. The fast path is the launch fast path's
- * signal test: one load of the slot. */
+ * of tens of MiB takes milliseconds, so while online work ran on its GPU within
+ * XC_COPY_RECENT_NS (xc_signal_online_within) an offline copy larger than XC_COPY_CHUNK
+ * goes in chunks, each held and each started once the one before has finished
+ * (wait_chunk): a request that arrives meets at most one chunk on the link. Copies are
+ * not launches: they are neither counted (muxd's launch rates) nor measured by the gate.
+ * The fast path is the launch fast path's signal test: one load of the slot. */
 #include "xcuda.h"
 
 /* An offline copy's chunk while online work is recent: about 350 us on a T4's PCIe
  * link (12 GB/s), 75 us on an H100's. */
 #define XC_COPY_CHUNK ((size_t)4 << 20)
 
-/* How recently online work must have been seen on the GPU for a large copy to go in
- * chunks: a second, as a service at 10 requests/s leaves 100 ms between its requests, and
- * chunks cost offline little (tests/scenarios/probes/t4-copies.toml: the same throughput). */
+/* How recently online work must have run on the GPU for a large copy to go in chunks: a
+ * second, as a service at 10 requests/s leaves 100 ms between its requests, and chunks
+ * cost offline little (tests/scenarios/probes/t4-copies.toml: the same throughput). */
 #define XC_COPY_RECENT_NS 1000000000ull
 
 /* The longest a chunk waits for the one before (and, for the first, for the step's work
@@ -53,8 +53,7 @@ static int split(size_t n, CUstream s, int sync)
 {
     if (xc_sig.pub || xc_sig.n == 0 || n <= XC_COPY_CHUNK)
         return 0;
-    xc_signal_note_ended(); /* requests that ended between this process's launches */
-    if (!xc_signal_online_seen_within(xc_now_mono_ns(), XC_COPY_RECENT_NS))
+    if (!xc_signal_online_within(XC_COPY_RECENT_NS))
         return 0;
     if (sync)
         return 1;

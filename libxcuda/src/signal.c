@@ -535,15 +535,26 @@ static int xc_signal_fitted(void)
     return atomic_load_explicit(&fitted, memory_order_relaxed);
 }
 
-int xc_signal_online_seen_within(uint64_t now, uint64_t window)
-{
-    uint64_t seen = XC_LOAD(&online_seen);
-    return xc_sig.n != 0 && !xc_sig.pub && seen != 0 && now >= seen && now - seen < window;
-}
-
 int xc_signal_online_seen(uint64_t now)
 {
-    return xc_signal_online_seen_within(now, XCUDA_SHRINK_NS);
+    uint64_t seen = XC_LOAD(&online_seen);
+    return xc_sig.n != 0 && !xc_sig.pub && seen != 0 && now >= seen &&
+           now - seen < XCUDA_SHRINK_NS;
+}
+
+int xc_signal_online_within(uint64_t window)
+{
+    if (xc_sig.n == 0 || xc_sig.pub)
+        return 0;
+    uint64_t now = xc_now_mono_ns(), seen = XC_LOAD(&online_seen);
+    if (seen != 0 && now >= seen && now - seen < window)
+        return 1;
+    for (unsigned i = 0; i < xc_sig.n; i++) {
+        uint64_t busy = XC_LOAD(xc_sig.w[i]), idle = XC_LOAD(&slot_at(i)->idle_ns);
+        if (busy != 0 || (idle != 0 && idle <= now && now - idle < window))
+            return 1;
+    }
+    return 0;
 }
 
 int xc_signal_online_recent(uint64_t now)

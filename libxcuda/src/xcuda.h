@@ -320,8 +320,10 @@ void xc_signal_copy(void);
  * (online_recent: seen, and its MPS percentage does not leave the online kernels room). */
 #define XCUDA_SHRINK_NS 100000000ull
 int xc_signal_online_seen(uint64_t now);
-/* The same, within window ns of now. */
-int xc_signal_online_seen_within(uint64_t now, uint64_t window);
+/* Offline: online work is in flight on one of this process's GPUs, ended there within
+ * window ns (the slot's idle_ns, whether or not this process was looking), or was seen
+ * by this process within window. */
+int xc_signal_online_within(uint64_t window);
 int xc_signal_online_recent(uint64_t now);
 
 /* Offline: online work that ended since this process last looked (a slot's idle_ns
