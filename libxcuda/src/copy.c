@@ -12,7 +12,9 @@
  * goes in chunks, each held and each started once the one before has finished
  * (wait_chunk): a request that arrives meets at most one chunk on the link. Copies are
  * not launches: they are neither counted (muxd's launch rates) nor measured by the gate.
- * The fast path is the launch fast path's signal test: one load of the slot. */
+ * The fast path is the launch fast path's signal test, one load of the slot, for copies
+ * of up to XC_COPY_CHUNK; a larger one always takes the slow path, whose cost is nothing
+ * beside its own, as the slot may be idle between requests while online work is recent. */
 #include "xcuda.h"
 
 /* An offline copy's chunk while online work is recent: about 350 us on a T4's PCIe
@@ -94,7 +96,7 @@ static int split(size_t n, CUstream s, int sync)
     {                                                                        \
         if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) { \
             __typeof__(xc_real.field) real_ = xc_real.field;                 \
-            if (XC_LIKELY(real_ != NULL && xc_signal_quiet()))               \
+            if (XC_LIKELY(real_ != NULL && n <= XC_COPY_CHUNK && xc_signal_quiet())) \
                 return real_ args;                                           \
         }                                                                    \
         return slow_##name args;                                             \

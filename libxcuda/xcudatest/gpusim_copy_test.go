@@ -94,8 +94,10 @@ func TestGpusimHoldsCopies(t *testing.T) {
 	if wholePerStep > 1.01 {
 		t.Errorf("without the page train made %.2f copies a step, want its one batch copy", wholePerStep)
 	}
-	// 8 chunks of 4 MiB a step while online work is recent (it is for most of the run).
-	if perStep < 3 {
+	// 8 chunks of 4 MiB a step while online work ran within a second: every step but those
+	// of the 300 ms before infer starts, whether or not a request is in flight at the
+	// step's copy (6.8 measured; 4.4-4.9 when only a busy slot sent copies to the slow path).
+	if perStep < 5.5 {
 		t.Errorf("with the page train made %.2f copies a step: its 32 MiB batches were not split", perStep)
 	}
 	if without < 0.05 {
