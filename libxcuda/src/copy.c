@@ -53,9 +53,7 @@ static CUresult wait_chunk(CUstream s)
  * stream being captured only records graph nodes, and may not be synchronised. */
 static int split(size_t n, CUstream s, int sync)
 {
-    if (xc_sig.pub || xc_sig.n == 0 || n <= XC_COPY_CHUNK)
-        return 0;
-    if (!xc_signal_online_within(XC_COPY_RECENT_NS))
+    if (n <= XC_COPY_CHUNK || !xc_signal_online_within(XC_COPY_RECENT_NS))
         return 0;
     if (sync)
         return 1;
@@ -118,17 +116,18 @@ static int split(size_t n, CUstream s, int sync)
 #define ANY_CHUNK (dst + off, src + off, len)
 #define WAIT wait_chunk(s)
 /* The per-thread default stream, when a _ptsz call names the default one. */
-#define WAIT_PTSZ wait_chunk(s != NULL ? s : CU_STREAM_PER_THREAD)
+#define PTSZ (s != NULL ? s : CU_STREAM_PER_THREAD)
+#define WAIT_PTSZ wait_chunk(PTSZ)
 
 COPY(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, HTOD_ASYNC, ASYNC_ARGS, HTOD_ASYNC_CHUNK, s, 0, WAIT)
 COPY(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_ptsz, HTOD_ASYNC, ASYNC_ARGS, HTOD_ASYNC_CHUNK,
-     s, 0, WAIT_PTSZ)
+     PTSZ, 0, WAIT_PTSZ)
 COPY(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, DTOH_ASYNC, ASYNC_ARGS, DTOH_ASYNC_CHUNK, s, 0, WAIT)
 COPY(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_ptsz, DTOH_ASYNC, ASYNC_ARGS, DTOH_ASYNC_CHUNK,
-     s, 0, WAIT_PTSZ)
+     PTSZ, 0, WAIT_PTSZ)
 /* Unified addressing: either side may be the host's. */
 COPY(cuMemcpyAsync, cuMemcpyAsync, ANY_ASYNC, ASYNC_ARGS, ANY_ASYNC_CHUNK, s, 0, WAIT)
-COPY(cuMemcpyAsync_ptsz, cuMemcpyAsync_ptsz, ANY_ASYNC, ASYNC_ARGS, ANY_ASYNC_CHUNK, s, 0, WAIT_PTSZ)
+COPY(cuMemcpyAsync_ptsz, cuMemcpyAsync_ptsz, ANY_ASYNC, ASYNC_ARGS, ANY_ASYNC_CHUNK, PTSZ, 0, WAIT_PTSZ)
 COPY(cuMemcpyHtoD_v2, cuMemcpyHtoD, HTOD, ARGS, HTOD_CHUNK, NULL, 1, 0)
 COPY(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_ptds, HTOD, ARGS, HTOD_CHUNK, NULL, 1, 0)
 COPY(cuMemcpyDtoH_v2, cuMemcpyDtoH, DTOH, ARGS, DTOH_CHUNK, NULL, 1, 0)

@@ -1,7 +1,6 @@
 package xcudatest
 
 import (
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -17,12 +16,7 @@ import (
 // step (1 for batches copied whole), and infer's result.
 func copyRun(t *testing.T, role ctlblock.SignalRole) (float64, float64, inferResult) {
 	t.Helper()
-	trace := filepath.Join(t.TempDir(), "ops.csv")
-	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 10000, Signal: ctlblock.Signal{Role: role, GPUs: 1}},
-		"-op-trace", trace)
-	if err := page.SetFollowers([]uint32{1}); err != nil { // as muxd keeps it
-		t.Fatal(err)
-	}
+	on, off, d, trace := tracedPair(t, role)
 	train, tout := off.startGpusim(t, d, "train", "--duration", "3.5", "--mem", "256M",
 		"--kernels", "1", "--kernel-us", "100", "--batch", "32M")
 	time.Sleep(300 * time.Millisecond)

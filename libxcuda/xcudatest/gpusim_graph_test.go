@@ -10,8 +10,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxflow/muxflow/gpusim/simclient"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 )
+
+// tracedPair is mpsPair with gpusimd writing its op trace (returned: read it after
+// d.Stop), an offline side of the given signal role at a 100% share, and the GPU's slot
+// counting one follower, as muxd keeps it.
+func tracedPair(t *testing.T, role ctlblock.SignalRole) (on, off *harness, d *simclient.Daemon, trace string) {
+	t.Helper()
+	trace = filepath.Join(t.TempDir(), "ops.csv")
+	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 10000, Signal: ctlblock.Signal{Role: role, GPUs: 1}},
+		"-op-trace", trace)
+	if err := page.SetFollowers([]uint32{1}); err != nil {
+		t.Fatal(err)
+	}
+	return on, off, d, trace
+}
 
 // readOpTrace reads gpusimd's op trace (gpusimd -op-trace): its rows after the header, and
 // each column's index by name.
@@ -41,12 +56,7 @@ func readOpTrace(t *testing.T, path string) ([][]string, map[string]int) {
 // online work is recent (each held and bounded by the gate) one chunk at a time.
 func graphRun(t *testing.T, role ctlblock.SignalRole, trainArgs ...string) float64 {
 	t.Helper()
-	trace := filepath.Join(t.TempDir(), "ops.csv")
-	on, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 10000, Signal: ctlblock.Signal{Role: role, GPUs: 1}},
-		"-op-trace", trace)
-	if err := page.SetFollowers([]uint32{1}); err != nil { // as muxd keeps it
-		t.Fatal(err)
-	}
+	on, off, d, trace := tracedPair(t, role)
 	train, tout := off.startGpusim(t, d, "train", append([]string{"--duration", "4", "--mem", "64M",
 		"--kernels", "20", "--kernel-us", "500", "--graph"}, trainArgs...)...)
 	time.Sleep(300 * time.Millisecond)
