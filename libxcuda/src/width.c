@@ -6,7 +6,7 @@
  * preempts nothing). For that it needs the online kernels' width, which only the
  * launch sees. An online process measures the launches that take the slow path anyway
  * (the first after its GPU went idle, and every 32nd of a thread): the SMs its blocks
- * need when resident, by threads and by blocks per SM (the register and shared-memory
+ * need when resident, whole blocks per SM by threads and by blocks (the register and shared-memory
  * limits are not counted, so this is a lower bound), in basis points of the device's
  * SMs; and raises its container's online_width for the device with a CAS, tagged with
  * the current 8-second epoch so that a service whose kernels got narrower is seen as
@@ -50,15 +50,17 @@ static const struct shape *shape_of(int dev)
     return ok ? s : NULL;
 }
 
-/* The basis points of a device's SMs a grid needs resident. */
+/* The basis points of a device's SMs a grid needs resident. A block does not split
+ * across SMs, so an SM holds whole blocks: 768-thread blocks fill a 2,048-thread SM two
+ * at a time (1,536 threads), not 2.67. */
 static uint32_t width_bp(const struct shape *s, uint64_t blocks, uint64_t threads)
 {
-    uint64_t need = (blocks * threads + s->threads - 1) / s->threads;
-    if (s->blocks > 0) {
-        uint64_t byblocks = (blocks + s->blocks - 1) / s->blocks;
-        if (byblocks > need)
-            need = byblocks;
-    }
+    uint64_t per_sm = s->threads / threads;
+    if (s->blocks > 0 && s->blocks < per_sm)
+        per_sm = s->blocks;
+    if (per_sm == 0)
+        return XCUDA_SHARE_FULL;
+    uint64_t need = (blocks + per_sm - 1) / per_sm;
     if (need >= s->sms)
         return XCUDA_SHARE_FULL;
     return (uint32_t)(need * XCUDA_SHARE_FULL / s->sms);

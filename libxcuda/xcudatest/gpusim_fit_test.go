@@ -14,7 +14,8 @@ import (
 
 // TestGpusimOnlineWidth: infer's kernels of 264, 528 and 1,056 blocks of 256 threads on
 // a simulated H100 (132 SMs, 2,048 threads each: 8 such blocks per SM) need 33, 66 and
-// 132 SMs; the online container's usage block says 25%, 50% and 100%, also when each
+// 132 SMs, and 132 blocks of 768 threads 66 (an SM holds two such blocks whole, not
+// 2.67); the online container's usage block says 25%, 50% and 100%, also when each
 // request first copies its input in (the copy sets the signal slot, and the launch
 // after it must still take the slow path that notes the width: a run of 20 launches has
 // no 32nd). An offline container publishes nothing.
@@ -24,16 +25,18 @@ func TestGpusimOnlineWidth(t *testing.T) {
 	}
 	page := signalPage(t)
 	for _, tc := range []struct {
-		grid string
-		io   string // bytes copied in and out per request
-		role ctlblock.SignalRole
-		want float64
+		grid    string
+		threads string
+		io      string // bytes copied in and out per request
+		role    ctlblock.SignalRole
+		want    float64
 	}{
-		{"264", "0", ctlblock.SignalPublish, 0.25},
-		{"528", "0", ctlblock.SignalPublish, 0.5},
-		{"1056", "0", ctlblock.SignalPublish, 1},
-		{"528", "64K", ctlblock.SignalPublish, 0.5},
-		{"528", "0", ctlblock.SignalFollow, 0},
+		{"264", "256", "0", ctlblock.SignalPublish, 0.25},
+		{"528", "256", "0", ctlblock.SignalPublish, 0.5},
+		{"1056", "256", "0", ctlblock.SignalPublish, 1},
+		{"132", "768", "0", ctlblock.SignalPublish, 0.5},
+		{"528", "256", "64K", ctlblock.SignalPublish, 0.5},
+		{"528", "256", "0", ctlblock.SignalFollow, 0},
 	} {
 		l := ctlblock.Unlimited()
 		l.Signal = ctlblock.Signal{Role: tc.role, GPUs: 1}
@@ -41,7 +44,7 @@ func TestGpusimOnlineWidth(t *testing.T) {
 		d := h.useGpusim(t)
 		h.extraEnv = append(h.extraEnv, ctlblock.EnvSignal+"="+page.Path())
 		out, err := h.gpusimCommand(d, "infer", "--rate", "constant:50", "--duration", "0.4", "--kernels", "1",
-			"--kernel-us", "100", "--grid", tc.grid, "--io-bytes", tc.io).CombinedOutput()
+			"--kernel-us", "100", "--grid", tc.grid, "--threads", tc.threads, "--io-bytes", tc.io).CombinedOutput()
 		if err != nil {
 			t.Fatalf("infer: %v\n%s", err, out)
 		}
@@ -51,7 +54,7 @@ func TestGpusimOnlineWidth(t *testing.T) {
 			got = u.OnlineWidth[0]
 		}
 		if len(u.OnlineWidth) > 1 || math.Abs(got-tc.want) > 0.005 {
-			t.Errorf("grid %s, %s copied, role %d: online width %v, want [%v] on device 0", tc.grid, tc.io, tc.role, u.OnlineWidth, tc.want)
+			t.Errorf("grid %s of %s threads, %s copied, role %d: online width %v, want [%v] on device 0", tc.grid, tc.threads, tc.io, tc.role, u.OnlineWidth, tc.want)
 		}
 	}
 }
