@@ -3,6 +3,7 @@ package guard
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,6 +104,11 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		if cfg.Fit {
 			f.budget, f.fits = alloc.FitBudget(f.width, cfg.OfflineMax, cfg.FitMin)
 		}
+		// Turns follow the SMs alone: at the power cap, on a busy bus and in a burst the
+		// containers run bounded, but the one whose turn it is still runs alone, since
+		// the others, released together on percentages the budget fits only one at a
+		// time, would hold the online kernels' room between them (t4-four-bursty).
+		f.turns = f.fits
 		if v.status.Sample.PowerCapped() {
 			st.powerCapped = now
 		}
@@ -114,7 +120,6 @@ func (g *Guard) fitMPS(v gpuView, st *gpuState, d alloc.Decision, width float64,
 		if f.fits && busBound {
 			f.fits, f.busBound = false, true
 		}
-		f.turns = f.fits
 		if d.Burst {
 			f.fits = false
 		}
@@ -302,8 +307,9 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 			claims = append(claims, blocks.OfflineClaim(c, p))
 		}
 		cp.claims = claims
-		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
 		fit := g.loop.fits[i]
+		gate, parts := alloc.SplitBudget(decisions[i].Share, claims)
+		turnShares(gate, parts, decisions[i].Share, claims, fit)
 		mpsClaims := cp.mpsClaims[:0]
 		for _, c := range v.offline {
 			mpsClaims = append(mpsClaims, blocks.MPSClaim(c, p, fit.budget))
@@ -412,6 +418,29 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 		g.ceilings[id] = c
 	}
 	g.mu.Unlock()
+}
+
+// turnShares gives the containers whose turn it is, where others wait for theirs, the
+// GPU's ceiling split among themselves rather than among all (bounded ones in a burst,
+// at the power cap or on a busy bus; a fitted one gets the whole ceiling anyway), so
+// that the turns leave offline work the GPU's budget, not a part of it. Those waiting
+// keep their split of it, which they launch at, bounded, should muxd stop (EndTurns).
+func turnShares(gate, parts []float64, share float64, claims []alloc.Claim, fit mpsFit) {
+	if !fit.turns || !slices.Contains(fit.waits, true) {
+		return
+	}
+	inTurn := slices.Clone(claims)
+	for j, w := range fit.waits {
+		if w {
+			inTurn[j].Weight = 0
+		}
+	}
+	g, p := alloc.SplitBudget(share, inTurn)
+	for j, w := range fit.waits {
+		if !w {
+			gate[j], parts[j] = g[j], p[j]
+		}
+	}
 }
 
 // apply writes an offline container's ceiling into its control block (its launch-gate

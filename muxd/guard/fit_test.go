@@ -258,8 +258,9 @@ func holdingHalfEach(t *testing.T, a, b string) *fixture {
 
 // Where offline jobs take turns, a burst bounds the one whose turn it is and the others
 // still wait for theirs: released together at the burst's start, each on a percentage
-// the budget fits only alone, their blocks would crowd the online kernels. At the power
-// cap (remembered for alloc.WidthMemory) no one fits and they all run bounded.
+// the budget fits only alone, their blocks would crowd the online kernels. The one whose
+// turn it is launches for the whole ceiling, not its half. At the power cap (remembered
+// for alloc.WidthMemory) no one fits either, and the turns go on the same way.
 func TestTurnsGoOnThroughABurst(t *testing.T) {
 	f := holdingHalfEach(t, "first", "second")
 	now := time.Now().Truncate(2 * alloc.FitTurn) // a cycle's start: the first's turn
@@ -283,15 +284,29 @@ func TestTurnsGoOnThroughABurst(t *testing.T) {
 			t.Errorf("a burst in the first's turn: %s fit %d%%, paused %v; want 0%% and %v", id, l.Signal.FitPercent, l.Paused, paused)
 		}
 	}
+	own := policy.Default().Classes.Offline.SMMax.Fraction()
+	wholeCeiling := func(when string) {
+		t.Helper()
+		st := f.status(t, "GPU-a")
+		want := math.Min(own, st.OfflineShare)
+		if got := float64(f.blk["first"].Limits().ShareBP) / ctlblock.ShareFull; math.Abs(got-want) > 1e-3 {
+			t.Errorf("%s: the first's launch-gate share %.4f, want the whole ceiling %.4f", when, got, want)
+		}
+	}
+	wholeCeiling("a burst in the first's turn")
 	capped := uint64(0x4) // NVML's software power cap
 	f.mon.gpus[0].Sample.ClockEventReasons = &capped
 	for range 3 {
 		step(40)
 	}
-	for _, id := range []string{"first", "second"} {
-		if l := f.blk[id].Limits(); l.Signal.FitPercent != 0 || l.Paused {
-			t.Errorf("power-capped: %s fit %d%%, paused %v; want 0%%, running bounded", id, l.Signal.FitPercent, l.Paused)
+	for id, paused := range map[string]bool{"first": false, "second": true} {
+		if l := f.blk[id].Limits(); l.Signal.FitPercent != 0 || l.Paused != paused {
+			t.Errorf("power-capped in the first's turn: %s fit %d%%, paused %v; want 0%% and %v", id, l.Signal.FitPercent, l.Paused, paused)
 		}
+	}
+	wholeCeiling("power-capped in the first's turn")
+	if st := f.status(t, "GPU-a"); !st.PowerCapped || st.Fits || st.MPSWaiting != 1 {
+		t.Errorf("power-capped: status capped %v, fits %v, %d waiting; want true, false, 1", st.PowerCapped, st.Fits, st.MPSWaiting)
 	}
 }
 

@@ -151,11 +151,11 @@ type mpsFit struct {
 	width  float64 // the online kernels' width it was sized for (0: unknown)
 	budget float64 // split among the offline containers, like the launch-gate ceiling
 	fits   bool    // budget leaves the online kernels room (alloc.FitBudget)
-	// turns: the budget fits but for a burst: where the offline jobs' percentages sum
-	// above it they take turns (fitHeld), through a burst too, when the one whose turn
-	// it is runs bounded and the others still wait (released together at the burst's
-	// start, they would crowd the online kernels). At the power cap or on a busy memory
-	// bus, for WidthMemory, no one fits and they all run bounded, without turns.
+	// turns: the budget fits the online kernels' width: where the offline jobs'
+	// percentages sum above it they take turns (fitHeld), also where no one fits (a
+	// burst; the power cap or a busy memory bus, for WidthMemory): the one whose turn it
+	// is then runs bounded, on the whole ceiling, and the others still wait (released
+	// together, they would crowd the online kernels' room between them).
 	turns bool
 	// powerCapped: the budget fits, but the GPU ran at its power cap lately, where
 	// every offline SM slows the online kernels' clock: offline stays bounded.
