@@ -6,11 +6,11 @@
  * preempts nothing). For that it needs the online kernels' width, which only the
  * launch sees. An online process measures the launches that take the slow path anyway
  * (the first after its GPU went idle, and every 32nd of a thread): the SMs its blocks
- * need when resident, whole blocks per SM by threads and by blocks (the register and shared-memory
- * limits are not counted, so this is a lower bound), in basis points of the device's
- * SMs; and raises its container's online_width for the device with a CAS, tagged with
- * the current 8-second epoch so that a service whose kernels got narrower is seen as
- * narrower within two epochs. Nothing here runs on the fast path. */
+ * need when resident, whole blocks per SM by threads and by blocks (the register and
+ * shared-memory limits are not counted, so this is a lower bound), in basis points of
+ * the device's SMs; and raises its container's online_width for the device with a CAS,
+ * tagged with the current 8-second epoch so that a service whose kernels got narrower
+ * is seen as narrower within two epochs. Nothing here runs on the fast path. */
 #include "xcuda.h"
 
 /* A device's shape, queried once (0 sms: not yet, or unavailable). */
