@@ -90,15 +90,8 @@ static int split(size_t n, CUstream s, int sync)
         }                                                                    \
         return xc_note_sticky(r_);                                           \
     }                                                                        \
-    XC_EXPORT CUresult name params                                           \
-    {                                                                        \
-        if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) { \
-            __typeof__(xc_real.field) real_ = xc_real.field;                 \
-            if (XC_LIKELY(real_ != NULL && n <= XC_COPY_CHUNK && xc_signal_quiet())) \
-                return real_ args;                                           \
-        }                                                                    \
-        return slow_##name args;                                             \
-    }
+    XC_FAST_EXPORT(name, field, params, args, n <= XC_COPY_CHUNK && xc_signal_quiet(), \
+                   slow_##name args)
 
 #define HTOD_ASYNC (CUdeviceptr dst, const void *src, size_t n, CUstream s)
 #define DTOH_ASYNC (void *dst, CUdeviceptr src, size_t n, CUstream s)

@@ -494,17 +494,11 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
 
 /* The fast path is launch.c's, with one more relaxed load: no split graph yet. */
 #define GRAPH_LAUNCH(name, field)                                                          \
-    XC_EXPORT CUresult name(CUgraphExec g, CUstream s)                                     \
-    {                                                                                      \
-        if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) {         \
-            xc_graph_launch_fn real_ = xc_real.field;                                      \
-            if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & XC_FLUSH_MASK) != 0 &&     \
-                          atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0 && \
-                          xc_gate_open() && xc_signal_quiet()))                            \
-                return real_(g, s);                                                        \
-        }                                                                                  \
-        return graph_slow(XC_REAL(field), g, s);                                           \
-    }
+    XC_FAST_EXPORT(name, field, (CUgraphExec g, CUstream s), (g, s),                       \
+                   (++xc_tls_launches & XC_FLUSH_MASK) != 0 &&                             \
+                       atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0 && \
+                       xc_gate_open() && xc_signal_quiet(),                                \
+                   graph_slow(XC_REAL(field), g, s))
 
 GRAPH_LAUNCH(cuGraphLaunch, cuGraphLaunch)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz)

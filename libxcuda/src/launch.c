@@ -32,16 +32,10 @@
         xc_gate_done((stream), &t_, r_);                                      \
         return xc_note_sticky(r_);                                            \
     }                                                                         \
-    XC_EXPORT CUresult name params                                            \
-    {                                                                         \
-        if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) { \
-            __typeof__(xc_real.field) real_ = xc_real.field;                  \
-            if (XC_LIKELY(real_ != NULL && (++xc_tls_launches & XC_FLUSH_MASK) != 0 && \
-                          xc_gate_open() && xc_signal_quiet()))               \
-                return real_ args;                                            \
-        }                                                                     \
-        return slow_##name args;                                              \
-    }
+    XC_FAST_EXPORT(name, field, params, args,                                 \
+                   (++xc_tls_launches & XC_FLUSH_MASK) != 0 && xc_gate_open() && \
+                       xc_signal_quiet(),                                     \
+                   slow_##name args)
 
 #define LAUNCH_PARAMS                                                         \
     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \

@@ -182,6 +182,20 @@ void *xc_real_dlsym(void *handle, const char *symbol);
          ? xc_real.fn                                                         \
          : (xc_resolve(), xc_real.fn))
 
+/* The exported wrapper of a gated call (launch.c, copy.c, graph.c): once the real
+ * functions are resolved and fast (an expression over real_ and the arguments) holds,
+ * the real call and nothing else; otherwise slow. */
+#define XC_FAST_EXPORT(name, field, params, args, fast, slow)                 \
+    XC_EXPORT CUresult name params                                            \
+    {                                                                         \
+        if (XC_LIKELY(atomic_load_explicit(&xc_resolved, memory_order_acquire))) { \
+            __typeof__(xc_real.field) real_ = xc_real.field;                  \
+            if (XC_LIKELY(real_ != NULL && (fast)))                           \
+                return real_ args;                                            \
+        }                                                                     \
+        return slow;                                                          \
+    }
+
 /* A hooked driver function: its name as cuGetProcAddress and dlsym see it,
  * libxcuda's wrapper, and where the real one lives in xc_real. */
 struct xc_hook {
