@@ -304,6 +304,15 @@ func offlineCeiling(g api.GPU) string {
 	return s
 }
 
+// waitNote names the offline containers that wait for their turn where none fits (the
+// power cap, a busy memory bus): the one whose turn it is runs bounded.
+func waitNote(g api.GPU) string {
+	if g.OfflineMPSWaiting == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", in turns: %d wait", g.OfflineMPSWaiting)
+}
+
 // offlineMPS says what MPS active-thread budget a GPU's offline contexts split and how it
 // relates to the online kernels' width: "50% (fits online 50%)", "100% (online 100% too
 // wide: the whole GPU, bounded in time)", a note when the GPU's power cap, percentages given before or the memory
@@ -324,9 +333,9 @@ func offlineMPS(g api.GPU) string {
 	case g.OfflineMPSFits:
 		s += fmt.Sprintf(" (fits online %.0f%%)", g.OnlineWidth)
 	case g.OfflineMPSPowerCapped:
-		s += fmt.Sprintf(" (fits online %.0f%%; power-capped: offline bounded)", g.OnlineWidth)
+		s += fmt.Sprintf(" (fits online %.0f%%; power-capped: offline bounded%s)", g.OnlineWidth, waitNote(g))
 	case g.OfflineMPSMemBound:
-		s += fmt.Sprintf(" (fits online %.0f%%; memory bandwidth online %.0f%% + offline %.0f%%: bounded)", g.OnlineWidth, g.OnlineMemBW, g.OfflineMemBW)
+		s += fmt.Sprintf(" (fits online %.0f%%; memory bandwidth online %.0f%% + offline %.0f%%: bounded%s)", g.OnlineWidth, g.OnlineMemBW, g.OfflineMemBW, waitNote(g))
 	case g.OnlineWidth > 0 && g.OfflineMPS >= 100:
 		s += fmt.Sprintf(" (online %.0f%% too wide: the whole GPU, bounded in time)", g.OnlineWidth)
 	case g.OnlineWidth > 0:

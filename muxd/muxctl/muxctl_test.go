@@ -213,6 +213,8 @@ func TestOfflineMPSColumn(t *testing.T) {
 		{api.GPU{OfflineMPS: 70, OnlineWidth: 100}, "70% (online 100% too wide)"}, // alloc.fit off
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSPowerCapped: true}, "50% (fits online 50%; power-capped: offline bounded)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSMemBound: true, OnlineMemBW: 50, OfflineMemBW: 62}, "50% (fits online 50%; memory bandwidth online 50% + offline 62%: bounded)"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSPowerCapped: true, OfflineMPSWaiting: 3}, "50% (fits online 50%; power-capped: offline bounded, in turns: 3 wait)"},
+		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSMemBound: true, OnlineMemBW: 50, OfflineMemBW: 62, OfflineMPSWaiting: 1}, "50% (fits online 50%; memory bandwidth online 50% + offline 62%: bounded, in turns: 1 wait)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true, OfflineMPSHeld: 75, OfflineMPSFitted: 1, OfflineContainers: 2}, "50% (fits online 50%; offline holds 75%: in turns, 1 of 2 fit, 1 bounded)"},
 		{api.GPU{OfflineMPS: 50, OnlineWidth: 50, OfflineMPSFits: true, OfflineMPSHeld: 200, OfflineMPSFitted: 1, OfflineMPSWaiting: 2, OfflineContainers: 4}, "50% (fits online 50%; offline holds 200%: in turns, 1 of 4 fit, 2 wait, 1 bounded)"},
 	} {
