@@ -223,3 +223,34 @@ func TestOfflineMPSColumn(t *testing.T) {
 		}
 	}
 }
+
+func TestMeasuredSizesRead(t *testing.T) {
+	for n, want := range map[uint64]string{
+		0: "0B", 512: "512B", 1023: "1023B", 1 << 10: "1.00KiB", 64 << 10: "64.0KiB",
+		16<<30 + 64<<10: "16.0GiB", 81559 << 20: "79.6GiB", 143771 << 20: "140GiB", 15360 << 20: "15.0GiB",
+	} {
+		if got := measuredBytes(n); got != want {
+			t.Errorf("measuredBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	st := Status{
+		Node: api.NodeInfo{Hostname: "n1", Started: now.Add(-time.Hour)},
+		GPUs: []api.GPU{{Index: 0, UUID: "GPU-a", Name: "H100", Health: "healthy", MemoryTotal: 81559 << 20, MemoryUsed: 16<<30 + 64<<10}},
+		Containers: []api.Container{{RegisterRequest: api.RegisterRequest{ID: "train", Class: api.Offline, GPUs: []string{"0"},
+			Limits: api.Limits{GPUMemory: 16<<30 + 64<<10}}, State: api.StateRunning, Usage: &api.Usage{ReservedBytes: 16 << 30}}},
+	}
+	var out bytes.Buffer
+	if err := writeStatus(&out, st, now); err != nil {
+		t.Fatal(err)
+	}
+	// What the GPU and libxcuda measured reads rounded; the cap the operator set stays exact.
+	for _, want := range []string{"79.6GiB", "16.0GiB", "16777280KiB"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Count(out.String(), "16777280KiB") != 1 {
+		t.Errorf("a measured size is written exactly:\n%s", out.String())
+	}
+}
