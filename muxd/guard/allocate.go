@@ -628,7 +628,12 @@ func (g *Guard) noteChange(st *gpuState, v gpuView, d alloc.Decision, now time.T
 		default:
 			why = fmt.Sprintf("%s; online demand %.0f%% + headroom %.0f%%; utilisation from %s", d.Detail, 100*d.Demand, 100*g.loop.allocCfg.Headroom, st.source)
 		}
-		st.reason, st.reasonKey, st.changed = fmt.Sprintf("%.0f%% → %.0f%%: %s", 100*st.share, 100*d.Share, why), key, now
+		// A new reason at the same ceiling reads as one, not as "70% → 70%".
+		change := fmt.Sprintf("%.0f%% → %.0f%%", 100*st.share, 100*d.Share)
+		if math.Round(100*st.share) == math.Round(100*d.Share) && !st.changed.IsZero() {
+			change = fmt.Sprintf("stays %.0f%%", 100*d.Share)
+		}
+		st.reason, st.reasonKey, st.changed = change+": "+why, key, now
 		st.history = append(st.history, api.CeilingChange{At: now, From: pct(st.share), To: pct(d.Share), Demand: pct(d.Demand), Reason: key, Detail: why})
 		if len(st.history) > historyLen {
 			st.history = st.history[len(st.history)-historyLen:]

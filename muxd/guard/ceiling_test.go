@@ -220,4 +220,11 @@ func TestLaunchBurstCutsTheCeilingWithAReason(t *testing.T) {
 	if fit() != 50 {
 		t.Errorf("after the burst: offline block says %d%% fits, want 50%% again", fit())
 	}
+	// Calm again at the same ceiling: the new reason says the ceiling stayed.
+	for range 20 {
+		st = step(40)
+	}
+	if st.ReasonKey != "calm" || !strings.HasPrefix(st.Reason, "stays 70%: ") {
+		t.Errorf("calm after the burst, at the same ceiling: %q (%s)", st.Reason, st.ReasonKey)
+	}
 }
