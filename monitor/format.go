@@ -3,6 +3,7 @@ package monitor
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,7 +27,7 @@ func WriteStatus(w io.Writer, gpus []GPUStatus, now time.Time) error {
 		}
 		mem := "-"
 		if pct, ok := s.MemoryUsedPercent(); ok {
-			mem = fmt.Sprintf("%s/%s(%.0f%%)", bytesIEC(*s.MemoryUsedBytes), bytesIEC(*s.MemoryTotalBytes), pct)
+			mem = fmt.Sprintf("%s/%s(%.0f%%)", FormatBytes(*s.MemoryUsedBytes), FormatBytes(*s.MemoryTotalBytes), pct)
 		}
 		power := "-"
 		if pct, ok := s.PowerPercent(); ok {
@@ -102,11 +103,23 @@ func optUnit(v *uint32, unit string) string {
 	return fmt.Sprintf("%d%s", *v, unit)
 }
 
-func bytesIEC(b uint64) string {
-	const gib = 1 << 30
-	const mib = 1 << 20
-	if b >= gib {
-		return fmt.Sprintf("%.1fGiB", float64(b)/gib)
+// FormatBytes writes a measured size to three significant digits in the largest binary
+// unit it fills ("79.6GiB", "16.0GiB", "512MiB"): an exact count, as policy.Bytes writes
+// a limit ("16777280KiB" for 16 GiB and 64 KiB), is unreadable for what a GPU reports.
+func FormatBytes(b uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	v, u := float64(b), 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
 	}
-	return fmt.Sprintf("%.0fMiB", float64(b)/mib)
+	switch {
+	case u == 0:
+		return strconv.FormatUint(b, 10) + "B"
+	case v < 9.995:
+		return strconv.FormatFloat(v, 'f', 2, 64) + units[u]
+	case v < 99.95:
+		return strconv.FormatFloat(v, 'f', 1, 64) + units[u]
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64) + units[u]
 }

@@ -61,3 +61,14 @@ func TestWriteEvents(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[uint64]string{
+		0: "0B", 512: "512B", 1023: "1023B", 1 << 10: "1.00KiB", 64 << 10: "64.0KiB", 512 << 20: "512MiB",
+		16<<30 + 64<<10: "16.0GiB", 81559 << 20: "79.6GiB", 143771 << 20: "140GiB", 15360 << 20: "15.0GiB",
+	} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -228,7 +227,7 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 			demand += " (burst)"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%v\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name,
-			measuredBytes(g.MemoryTotal), measuredBytes(g.MemoryUsed), g.Utilization, act, g.Health,
+			monitor.FormatBytes(g.MemoryTotal), monitor.FormatBytes(g.MemoryUsed), g.Utilization, act, g.Health,
 			ceiling, demand, offlineMPS(g), strings.Join(why, "; "))
 	}
 	if len(st.GPUs) == 0 {
@@ -253,7 +252,7 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		}
 		used, share, mps, launches, throttled := "-", "-", "-", "-", "-"
 		if u := c.Usage; u != nil {
-			used = measuredBytes(u.ReservedBytes)
+			used = monitor.FormatBytes(u.ReservedBytes)
 			share = fmt.Sprintf("%g%%", u.SharePercent)
 			if u.Paused {
 				share = "paused"
@@ -286,28 +285,6 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 // offlineCeiling says how a GPU's offline ceiling is shared: each container that fits the
 // MPS budget may use all of it (its kernels keep to their part of the SMs), the others
 // split it: "60%", "60% split by 2", "60% each (fit)", "60% (1 fits, 2 split it)".
-// measuredBytes writes a measured size for the table to three significant digits in
-// the largest binary unit it fills ("79.6GiB", "16.0GiB", "64.0KiB"): an exact count
-// such as policy.Bytes writes ("16777280KiB" for 16 GiB and 64 KiB) is right for a
-// limit an operator set, unreadable for one the GPU reports. -o json keeps the bytes.
-func measuredBytes(n uint64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	v, u := float64(n), 0
-	for v >= 1024 && u < len(units)-1 {
-		v /= 1024
-		u++
-	}
-	switch {
-	case u == 0:
-		return strconv.FormatUint(n, 10) + "B"
-	case v < 9.995:
-		return strconv.FormatFloat(v, 'f', 2, 64) + units[u]
-	case v < 99.95:
-		return strconv.FormatFloat(v, 'f', 1, 64) + units[u]
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64) + units[u]
-}
-
 func offlineCeiling(g api.GPU) string {
 	s := fmt.Sprintf("%.0f%%", g.OfflineCeiling)
 	fitted := 0

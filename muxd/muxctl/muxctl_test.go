@@ -225,14 +225,6 @@ func TestOfflineMPSColumn(t *testing.T) {
 }
 
 func TestMeasuredSizesRead(t *testing.T) {
-	for n, want := range map[uint64]string{
-		0: "0B", 512: "512B", 1023: "1023B", 1 << 10: "1.00KiB", 64 << 10: "64.0KiB",
-		16<<30 + 64<<10: "16.0GiB", 81559 << 20: "79.6GiB", 143771 << 20: "140GiB", 15360 << 20: "15.0GiB",
-	} {
-		if got := measuredBytes(n); got != want {
-			t.Errorf("measuredBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	st := Status{
 		Node: api.NodeInfo{Hostname: "n1", Started: now.Add(-time.Hour)},
