@@ -103,13 +103,14 @@ func optUnit(v *uint32, unit string) string {
 	return fmt.Sprintf("%d%s", *v, unit)
 }
 
+var byteUnits = [...]string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+
 // FormatBytes writes a measured size to three significant digits in the largest binary
 // unit it fills ("79.6GiB", "16.0GiB", "512MiB"): an exact count, as policy.Bytes writes
 // a limit ("16777280KiB" for 16 GiB and 64 KiB), is unreadable for what a GPU reports.
 func FormatBytes(b uint64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
 	v, u := float64(b), 0
-	for v >= 1024 && u < len(units)-1 {
+	for v >= 1024 && u < len(byteUnits)-1 {
 		v /= 1024
 		u++
 	}
@@ -117,9 +118,9 @@ func FormatBytes(b uint64) string {
 	case u == 0:
 		return strconv.FormatUint(b, 10) + "B"
 	case v < 9.995:
-		return strconv.FormatFloat(v, 'f', 2, 64) + units[u]
+		return strconv.FormatFloat(v, 'f', 2, 64) + byteUnits[u]
 	case v < 99.95:
-		return strconv.FormatFloat(v, 'f', 1, 64) + units[u]
+		return strconv.FormatFloat(v, 'f', 1, 64) + byteUnits[u]
 	}
-	return strconv.FormatFloat(v, 'f', 0, 64) + units[u]
+	return strconv.FormatFloat(v, 'f', 0, 64) + byteUnits[u]
 }
