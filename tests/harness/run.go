@@ -539,9 +539,15 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 			off1[i] = off0[i] // counted as nothing; it is an error or an eviction below
 		}
 	}
+	// Every job still running is marked stopped before any is killed: a job killed with
+	// kernels in flight faults its MPS server's other clients (as on a real GPU), and
+	// one of those that exits on that error before its own kill is the harness's doing,
+	// not an error of the strategy (sw1025 of a random sweep counted two).
 	for _, p := range offline {
-		if p.running() {
-			p.stopped = true
+		p.stopped = p.running()
+	}
+	for _, p := range offline {
+		if p.stopped {
 			p.kill()
 		}
 	}
