@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,19 +23,26 @@ import (
 )
 
 const usage = `usage: muxexp run [flags] SCENARIO.toml...
+       muxexp gen [--seed N] [--count N] DIR
 
-Runs each scenario under each strategy on a simulated GPU and prints one table per
+run: runs each scenario under each strategy on a simulated GPU and prints one table per
 scenario. Strategies: online-alone, time-sharing, priority-time-sharing, mps,
 muxflow-static, muxflow (default: all).
+
+gen: writes scenarios drawn at random into DIR (rand-SEED-INDEX.toml; the same seed
+draws the same scenarios), to be run with muxexp run.
 
 flags:
 `
 
 // Run is muxexp's entry point: args excludes the program name.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "gen" {
+		return gen(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "run" {
 		fmt.Fprint(stderr, usage)
-		return errors.New("the only command is `run`")
+		return errors.New("the commands are `run` and `gen`")
 	}
 	fs := flag.NewFlagSet("muxexp run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -248,4 +256,60 @@ func reportsJSON(reports []*Report) any {
 		out = append(out, rr)
 	}
 	return out
+}
+
+// gen is `muxexp gen`: it writes --count random scenarios of --seed into a directory,
+// refusing to replace a file that is already there.
+func gen(args []string, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("muxexp gen", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	flags.Usage = func() { fmt.Fprint(stderr, usage); flags.PrintDefaults() }
+	seed := flags.Uint64("seed", 1, "the sweep's seed: the same seed draws the same scenarios")
+	count := flags.Int("count", 20, "how many scenarios to draw (1..1000)")
+	var dirs []string
+	rest := args
+	for {
+		if err := flags.Parse(rest); err != nil {
+			return err
+		}
+		if flags.NArg() == 0 {
+			break
+		}
+		dirs = append(dirs, flags.Arg(0))
+		rest = flags.Args()[1:]
+	}
+	if len(dirs) != 1 {
+		flags.Usage()
+		return errors.New("name one directory to write the scenarios into")
+	}
+	if *count < 1 || *count > 1000 {
+		return fmt.Errorf("--count %d must be in 1..1000", *count)
+	}
+	dir := dirs[0]
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	for i := 0; i < *count; i++ {
+		text := RandomScenario(*seed, i)
+		if _, err := ParseScenario([]byte(text)); err != nil {
+			return fmt.Errorf("random scenario %d of seed %d does not validate (a bug in the generator): %w", i, *seed, err)
+		}
+		path := filepath.Join(dir, fmt.Sprintf("rand-%d-%03d.toml", *seed, i))
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s already exists: gen replaces no file (name an empty directory, or another seed)", path)
+		}
+		if err != nil {
+			return fmt.Errorf("write scenario: %w", err)
+		}
+		_, werr := f.WriteString(text)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return fmt.Errorf("write %s: %w", path, werr)
+		}
+	}
+	fmt.Fprintf(stdout, "wrote %d scenarios of seed %d to %s\n", *count, *seed, dir)
+	return nil
 }

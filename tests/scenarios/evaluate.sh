@@ -4,10 +4,10 @@
 # then one summary table of the target checks.
 #
 #   tests/scenarios/evaluate.sh [SCENARIO.toml...]
-#   DURATION=15s REPEAT=3 OUT=build/eval MUXFLOW_BUILD=build tests/scenarios/evaluate.sh
+#   DURATION=15s REPEAT=3 STRATEGIES=all OUT=build/eval MUXFLOW_BUILD=build tests/scenarios/evaluate.sh
 set -eu
 cd "$(dirname "$0")/../.."
-: "${MUXFLOW_BUILD:=$PWD/build}" "${OUT:=build/eval}" "${DURATION:=15s}" "${REPEAT:=3}"
+: "${MUXFLOW_BUILD:=$PWD/build}" "${OUT:=build/eval}" "${DURATION:=15s}" "${REPEAT:=3}" "${STRATEGIES:=all}"
 export MUXFLOW_BUILD
 muxexp="$MUXFLOW_BUILD/bin/muxexp"
 [ -x "$muxexp" ] || { echo "evaluate.sh: $muxexp is missing: run make build first" >&2; exit 1; }
@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 for f in "$@"; do
 	n=$(basename "$f" .toml)
 	echo "$(date +%T) $n" >&2
-	if ! "$muxexp" run "$f" --duration "$DURATION" --repeat "$REPEAT" --markdown \
+	if ! "$muxexp" run "$f" --duration "$DURATION" --repeat "$REPEAT" --strategies "$STRATEGIES" --markdown \
 		--plot "$OUT/$n.png" --json "$OUT/$n.json" >"$OUT/$n.md" 2>"$OUT/$n.err"; then
 		echo "evaluate.sh: $n failed: $(tail -1 "$OUT/$n.err")" >&2
 	fi
