@@ -57,18 +57,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	repeat := fs.Int("repeat", 1, "run every strategy this many times, in turn, and report medians")
 	stallReruns := fs.Int("stall-reruns", 1, "run again, up to this many times, a run in which gpusimd fell behind real time for 1% of the window or more (the last run is reported, with a note)")
-	// Flags may follow the scenario files: parse them in any order.
-	var files []string
-	rest := args[1:]
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	files, err := parseAnyOrder(fs, args[1:])
+	if err != nil {
+		return err
 	}
 	if len(files) == 0 {
 		fs.Usage()
@@ -266,17 +257,9 @@ func gen(args []string, stdout, stderr io.Writer) error {
 	flags.Usage = func() { fmt.Fprint(stderr, usage); flags.PrintDefaults() }
 	seed := flags.Uint64("seed", 1, "the sweep's seed: the same seed draws the same scenarios")
 	count := flags.Int("count", 20, "how many scenarios to draw (1..1000)")
-	var dirs []string
-	rest := args
-	for {
-		if err := flags.Parse(rest); err != nil {
-			return err
-		}
-		if flags.NArg() == 0 {
-			break
-		}
-		dirs = append(dirs, flags.Arg(0))
-		rest = flags.Args()[1:]
+	dirs, err := parseAnyOrder(flags, args)
+	if err != nil {
+		return err
 	}
 	if len(dirs) != 1 {
 		flags.Usage()
@@ -312,4 +295,20 @@ func gen(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote %d scenarios of seed %d to %s\n", *count, *seed, dir)
 	return nil
+}
+
+// parseAnyOrder parses args with fs, flags before, between or after the operands, and
+// returns the operands.
+func parseAnyOrder(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return operands, nil
+		}
+		operands = append(operands, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }

@@ -375,8 +375,9 @@ func TestRunCommandLine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "only command"},
-		{[]string{"go"}, "only command"},
+		{nil, "the commands are `run` and `gen`"},
+		{[]string{"go"}, "the commands are"},
+		{[]string{"gen", "--seed", "x", dir}, "invalid value"},
 		{[]string{"run"}, "at least one scenario"},
 		{[]string{"run", "--strategies", "best", bad}, "unknown strategy"},
 		{[]string{"run", bad}, "duration"},
