@@ -542,7 +542,7 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 	// Every job still running is marked stopped before any is killed: a job killed with
 	// kernels in flight faults its MPS server's other clients (as on a real GPU), and
 	// one of those that exits on that error before its own kill is the harness's doing,
-	// not an error of the strategy (sw1025 of a random sweep counted two).
+	// not an error of the strategy (two were counted in a random scenario's static run).
 	for _, p := range offline {
 		p.stopped = p.running()
 	}
