@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,7 +67,7 @@ func TestGenWritesAndKeeps(t *testing.T) {
 		t.Fatalf("gen: %v (%s)", err, errs.String())
 	}
 	for i := 0; i < 3; i++ {
-		path := filepath.Join(dir, "rand-5-00"+string(rune('0'+i))+".toml")
+		path := filepath.Join(dir, fmt.Sprintf("rand-5-%03d.toml", i))
 		if _, err := LoadScenario(path); err != nil {
 			t.Fatalf("%v", err)
 		}
