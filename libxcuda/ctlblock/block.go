@@ -152,8 +152,11 @@ type Usage struct {
 	Heartbeat time.Time
 	Launches  uint64
 	Throttled time.Duration
-	GPUTime   time.Duration
-	InFlight  uint32
+	// GPUTime is the GPU time the gate measured, over MeasuredLaunches launches (it
+	// measures only while it throttles or bounds the container's outstanding work).
+	GPUTime          time.Duration
+	MeasuredLaunches uint64
+	InFlight         uint32
 	// OOMDenials counts allocations refused at the memory cap.
 	OOMDenials uint32
 	// OnlineHeld is the time launches waited because online work was published on the

@@ -9,7 +9,7 @@ import "time"
 
 // Sizes and limits shared with the C header.
 const (
-	Version            = 8
+	Version            = 9
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -147,7 +147,8 @@ type rawUsage struct {
 	OnlineHeldNS   uint64             `c:"online_held_ns"`
 	AheadHeldNS    uint64             `c:"ahead_held_ns"`
 	OnlineWidth    [MaxDevices]uint32 `c:"online_width"`
-	Reserved       [3]uint64          `c:"reserved"`
+	MeasuredLaunch uint64             `c:"measured_launches"`
+	Reserved       [2]uint64          `c:"reserved"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
 }
 

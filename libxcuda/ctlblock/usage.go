@@ -164,17 +164,18 @@ func parseRaw(r *rawUsage, n int, procs bool, now time.Time) (Usage, error) {
 		return out
 	}
 	out := Usage{
-		Heartbeat:    timeVal("heartbeat", -1, r.HeartbeatNS),
-		Launches:     r.Launches,
-		Throttled:    durVal("throttled time", -1, r.ThrottledNS),
-		GPUTime:      durVal("GPU time", -1, r.GPUTimeNS),
-		OnlineHeld:   durVal("online-held time", -1, r.OnlineHeldNS),
-		AheadHeld:    durVal("ahead-held time", -1, r.AheadHeldNS),
-		InFlight:     r.InFlight,
-		OOMDenials:   r.OOMDenials,
-		StickyErrors: r.StickyErrors,
-		LastSticky:   r.LastSticky,
-		LastStickyAt: timeVal("last sticky error time", -1, r.LastStickyNS),
+		Heartbeat:        timeVal("heartbeat", -1, r.HeartbeatNS),
+		Launches:         r.Launches,
+		Throttled:        durVal("throttled time", -1, r.ThrottledNS),
+		GPUTime:          durVal("GPU time", -1, r.GPUTimeNS),
+		MeasuredLaunches: r.MeasuredLaunch,
+		OnlineHeld:       durVal("online-held time", -1, r.OnlineHeldNS),
+		AheadHeld:        durVal("ahead-held time", -1, r.AheadHeldNS),
+		InFlight:         r.InFlight,
+		OOMDenials:       r.OOMDenials,
+		StickyErrors:     r.StickyErrors,
+		LastSticky:       r.LastSticky,
+		LastStickyAt:     timeVal("last sticky error time", -1, r.LastStickyNS),
 	}
 	if out.InFlight > MaxPlausibleInFlight {
 		note("%d launches in flight", out.InFlight)

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 8u
+#define XCUDA_CTL_VERSION 9u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -180,7 +180,11 @@ typedef struct xcuda_usage {
      * register and shared-memory limits are not counted). Raised with a CAS by every
      * process of the container; a new epoch starts over. 0 = none seen. */
     uint32_t online_width[XCUDA_MAX_DEVICES];
-    uint64_t reserved[3];
+    /* Version 9: how many launches the gate measured (the launches gpu_time_ns is the
+     * GPU time of), all processes: gpu_time_ns over it is the container's measured GPU
+     * time per launch, which muxd compares with its online neighbour's kernels. */
+    uint64_t measured_launches;
+    uint64_t reserved[2];
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
 

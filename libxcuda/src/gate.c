@@ -123,6 +123,7 @@ static void charge(uint64_t gpu_ns)
 {
     __atomic_sub_fetch(&xc.use->bucket_tokens_ns, (int64_t)gpu_ns, __ATOMIC_ACQ_REL);
     XC_ADD(&xc.use->gpu_time_ns, gpu_ns);
+    XC_ADD(&xc.use->measured_launches, 1);
 }
 
 /* Completes the oldest slot; with block=0 only if it is done. Locked. */

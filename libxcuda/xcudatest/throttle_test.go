@@ -182,6 +182,12 @@ func TestLaunchBehindAnotherRecordsOneEvent(t *testing.T) {
 	if charged < 0.9 || charged > 1.05 {
 		t.Errorf("charged %.3f of the kernels' GPU time, want about all of it", charged)
 	}
+	// Every launch was measured, so the GPU time per measured launch is the kernel's.
+	if n := int64(u.MeasuredLaunches); n < last.launches*9/10 || n > last.launches+ctlblock.MaxInFlightCap {
+		t.Errorf("%d launches measured of %d", u.MeasuredLaunches, last.launches)
+	} else if per := u.GPUTime / time.Duration(u.MeasuredLaunches); per < 45*time.Microsecond || per > 60*time.Microsecond {
+		t.Errorf("measured %v of GPU time per launch of 50 us kernels", per)
+	}
 }
 
 // TestShareIsPerContainer: two processes of one container under a 30%

@@ -238,6 +238,9 @@ type GPU struct {
 	OfflineMPSMemBound bool    `json:"offline_mps_mem_bound,omitempty"`
 	OnlineMemBW        float64 `json:"online_mem_bw,omitempty"`
 	OfflineMemBW       float64 `json:"offline_mem_bw,omitempty"`
+	// KernelRisks are the offline containers whose kernels are too long beside the
+	// online ones for any offline share to protect the online requests.
+	KernelRisks []KernelRisk `json:"kernel_risks,omitempty"`
 	// DemandSource says where the online utilisation behind the estimate came from, and
 	// why a conservative fallback was used when the online processes could not be found.
 	DemandSource string `json:"demand_source,omitempty"`
@@ -427,4 +430,31 @@ func truncate(s string) string {
 		return s[:40] + "..."
 	}
 	return s
+}
+
+// KernelRisk is an offline container whose kernels are so much longer than its online
+// neighbour's that every online request meeting one waits for it, whatever the offline
+// share: its blocks may hold SMs the online kernels need (no hold removes a running
+// block), or, where they leave the online kernels their SMs, the two classes together
+// overfill the memory bus (MemoryBus). Confining its SMs (muxflow.io/sm-percent) or
+// pairing it with another service is what helps.
+type KernelRisk struct {
+	ID string `json:"id"`
+	// OfflineKernel is its GPU time per launch as libxcuda measured it; OnlineKernel the
+	// online containers' GPU time per launch (NVML's utilisation over their launch
+	// rate); Ratio the first over the second.
+	OfflineKernel time.Duration `json:"offline_kernel_ns"`
+	OnlineKernel  time.Duration `json:"online_kernel_ns"`
+	Ratio         float64       `json:"ratio"`
+	MemoryBus     bool          `json:"memory_bus,omitempty"`
+}
+
+// String is the risk in one sentence, with what to do about it.
+func (r KernelRisk) String() string {
+	where := "its blocks may hold SMs the online kernels need"
+	if r.MemoryBus {
+		where = "the two together ask for more memory bandwidth than the GPU has"
+	}
+	return fmt.Sprintf("kernels of %v, %.0f× the online ones (%v), and %s: every online request that meets one waits for it, whatever the offline share; confine it (muxflow.io/sm-percent) or pair it with another service",
+		r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineKernel.Round(time.Microsecond), where)
 }

@@ -77,6 +77,7 @@ func (m monitorInventory) GPUs(context.Context) ([]api.GPU, error) {
 			g.OnlineWidth, g.OfflineMPS, g.OfflineMPSFits = st.OnlineWidth*100, st.MPSBudget*100, st.Fits
 			g.OfflineMPSPowerCapped, g.OfflineMPSHeld, g.OfflineMPSFitted, g.OfflineMPSWaiting = st.PowerCapped, st.MPSHeld, st.MPSFitted, st.MPSWaiting
 			g.OfflineMPSMemBound, g.OnlineMemBW, g.OfflineMemBW = st.MemBound, st.OnlineMemBW*100, st.OfflineMemBW*100
+			g.KernelRisks = st.KernelRisks
 		}
 		out = append(out, g)
 	}

@@ -144,6 +144,10 @@ type gpuState struct {
 	fit   mpsFit
 	// powerCapped is when the GPU last ran at its power cap with online work on it.
 	powerCapped time.Time
+	// risks are this period's offline containers whose kernels are too long beside the
+	// online ones (kernelRisks); risky the ids among them an event was recorded for.
+	risks []api.KernelRisk
+	risky map[string]bool
 }
 
 // mpsFit is one GPU's offline MPS active-thread budget for a period.
@@ -233,6 +237,9 @@ type Status struct {
 	MemBound     bool    `json:"mem_bound,omitempty"`
 	OnlineMemBW  float64 `json:"online_mem_bw,omitempty"`
 	OfflineMemBW float64 `json:"offline_mem_bw,omitempty"`
+	// KernelRisks are the offline containers whose kernels are too long beside the
+	// online ones for any share to protect them (alloc.KernelRisk).
+	KernelRisks []api.KernelRisk `json:"kernel_risks,omitempty"`
 }
 
 // AllocConfig maps the policy onto the allocator's configuration.
@@ -332,7 +339,8 @@ func (g *Guard) begin(p *policy.Policy, now time.Time) (dt float64) {
 	if l.allocs == nil {
 		l.allocs, l.lastState = map[string]*alloc.GPU{}, map[string]monitor.State{}
 		l.applied, l.given, l.waited = map[string]gate{}, map[string]uint32{}, map[string]time.Time{}
-		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}, readAt: map[string]time.Time{}, rate: map[string]float64{}, few: map[string]bool{}}
+		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}, readAt: map[string]time.Time{}, rate: map[string]float64{}, few: map[string]bool{},
+			measured: map[string]measured{}, launchTime: map[string]*alloc.LaunchTime{}}
 		l.sticky = stickyState{last: map[string]uint32{}, reports: map[string]stickyReport{}, lastAt: map[string]time.Time{}}
 		g.mu.Lock()
 		g.decisions, g.gpus, g.ceilings = map[string]alloc.Decision{}, map[string]*gpuState{}, map[string]api.Ceiling{}
@@ -445,6 +453,7 @@ func (g *Guard) Statuses() []Status {
 			s.OnlineWidth, s.MPSBudget, s.Fits, s.PowerCapped = st.fit.width, st.fit.budget, st.fit.fits, st.fit.powerCapped
 			s.MPSHeld, s.MPSFitted, s.MPSWaiting = st.fit.held, st.fit.fitted(), st.fit.waiting()
 			s.MemBound, s.OnlineMemBW, s.OfflineMemBW = st.fit.busBound, st.fit.busOnline, st.fit.busOffline
+			s.KernelRisks = slices.Clone(st.risks)
 		}
 		out = append(out, s)
 	}

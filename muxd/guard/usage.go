@@ -8,6 +8,7 @@ import (
 
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
+	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/blocks"
 	"github.com/muxflow/muxflow/muxd/evict"
@@ -66,6 +67,10 @@ type trust struct {
 	// few is, per offline container, whether its rate was few launches (fewLaunches)
 	// at its last read; none yet: not.
 	few map[string]bool
+	// measured and launchTime: per offline container, its measured GPU time and launches
+	// at its last read, and its GPU time per launch (kernels.go).
+	measured   map[string]measured
+	launchTime map[string]*alloc.LaunchTime
 }
 
 // readUsage reads the running containers' usage for this period (dt seconds after the
@@ -149,6 +154,9 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 			}
 		}
 		t.launches[c.ID] = n
+		if c.Class != api.Online {
+			t.measureLaunches(c.ID, u)
+		}
 	}
 	if sv.rebuilt {
 		g.forget(sv.live)
@@ -170,6 +178,8 @@ func (g *Guard) forget(live map[string]bool) {
 	forget(t.readAt, live)
 	forget(t.rate, live)
 	forget(t.few, live)
+	forget(t.measured, live)
+	forget(t.launchTime, live)
 	forget(s.last, live)
 	forget(s.reports, live)
 	forget(s.lastAt, live)

@@ -234,6 +234,11 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		fmt.Fprintln(tw, "-\t(no GPUs)\t\t\t")
 	}
 	tw.Flush()
+	for _, g := range st.GPUs {
+		for _, r := range g.KernelRisks {
+			fmt.Fprintf(stdout, "GPU %d online at risk: offline %s: %s\n", g.Index, shortID(r.ID), r)
+		}
+	}
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTAINER\tCLASS\tSTATE\tPID\tGPUS\tMEMORY CAP\tSM%\tUSED\tCEILING\tMPS%\tLAUNCHES\tTHROTTLED\tAGE")

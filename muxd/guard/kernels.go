@@ -1,0 +1,88 @@
+package guard
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/muxd/alloc"
+	"github.com/muxflow/muxflow/muxd/api"
+)
+
+// Kernel lengths (alloc.KernelRisk): an offline container whose kernels are several times
+// as long as its online neighbour's, with blocks that may hold the SMs those need (or
+// that overfill the memory bus with them), delays the online requests whatever its share.
+// The guard measures both lengths, reports such a container in the GPU's status and
+// records an event when it starts and ends; it changes nothing itself (MPS fixes a
+// process's SMs when its context is created, and the cure, confining the job or pairing
+// it elsewhere, is the operator's or the matcher's).
+
+// measured is an offline container's libxcuda-measured GPU time and launch count at its
+// last usage read.
+type measured struct {
+	gpu time.Duration
+	n   uint64
+}
+
+// measureLaunches takes an offline container's usage totals into its LaunchTime. A
+// counter that went back (the container's own word) starts a new baseline.
+func (t *trust) measureLaunches(id string, u ctlblock.Usage) {
+	prev, ok := t.measured[id]
+	t.measured[id] = measured{u.GPUTime, u.MeasuredLaunches}
+	if !ok || u.MeasuredLaunches < prev.n || u.GPUTime < prev.gpu {
+		return
+	}
+	lt := t.launchTime[id]
+	if lt == nil {
+		lt = &alloc.LaunchTime{}
+		t.launchTime[id] = lt
+	}
+	lt.Observe(u.GPUTime-prev.gpu, u.MeasuredLaunches-prev.n)
+}
+
+// kernelRisks lists the GPU's offline containers whose kernels no share keeps from
+// delaying the online ones (f: this period's MPS fit; online: the allocator's GPU time
+// per online launch), records an event for each one that became or stopped being one,
+// and keeps the list in st. g.mu held.
+func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, online time.Duration) {
+	risks := st.risks[:0]
+	if len(v.online) > 0 && f.width > 0 {
+		for _, c := range v.offline {
+			lt := g.loop.trust.launchTime[c.ID]
+			if lt == nil {
+				continue
+			}
+			// Its blocks leave the online kernels their SMs where the percentage its
+			// processes may hold is within the room the widest online kernel leaves.
+			room := float64(g.heldMPS(c.ID)) <= (1-f.width)*100+0.5
+			if room && !f.busBound {
+				continue
+			}
+			off := lt.Mean()
+			if ratio, risky := alloc.KernelRisk(off, online); risky {
+				risks = append(risks, api.KernelRisk{ID: c.ID, OfflineKernel: off, OnlineKernel: online, Ratio: ratio, MemoryBus: room})
+			}
+		}
+	}
+	uuid := v.status.UUID
+	for _, r := range risks {
+		if st.risky[r.ID] {
+			continue
+		}
+		if st.risky == nil {
+			st.risky = map[string]bool{}
+		}
+		st.risky[r.ID] = true
+		g.Log.Warn("offline kernels too long beside the online ones: no offline share keeps them from delaying online requests",
+			"gpu", uuid, "id", r.ID, "offline_kernel", r.OfflineKernel, "online_kernel", r.OnlineKernel, "ratio", fmt.Sprintf("%.1f", r.Ratio), "memory_bus", r.MemoryBus)
+		g.event(uuid, r.ID, r.String())
+	}
+	for id := range st.risky {
+		if !slices.ContainsFunc(risks, func(r api.KernelRisk) bool { return r.ID == id }) {
+			delete(st.risky, id)
+			g.Log.Info("offline kernels no longer too long beside the online ones", "gpu", uuid, "id", id)
+		}
+	}
+	st.risks = risks
+}
