@@ -148,7 +148,8 @@ type rawUsage struct {
 	AheadHeldNS    uint64             `c:"ahead_held_ns"`
 	OnlineWidth    [MaxDevices]uint32 `c:"online_width"`
 	MeasuredLaunch uint64             `c:"measured_launches"`
-	Reserved       [2]uint64          `c:"reserved"`
+	WideGPUTimeNS  uint64             `c:"wide_gpu_time_ns"`
+	Reserved       [1]uint64          `c:"reserved"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
 }
 

@@ -168,6 +168,7 @@ func parseRaw(r *rawUsage, n int, procs bool, now time.Time) (Usage, error) {
 		Launches:         r.Launches,
 		Throttled:        durVal("throttled time", -1, r.ThrottledNS),
 		GPUTime:          durVal("GPU time", -1, r.GPUTimeNS),
+		WideGPUTime:      durVal("wide GPU time", -1, r.WideGPUTimeNS),
 		MeasuredLaunches: r.MeasuredLaunch,
 		OnlineHeld:       durVal("online-held time", -1, r.OnlineHeldNS),
 		AheadHeld:        durVal("ahead-held time", -1, r.AheadHeldNS),

@@ -33,6 +33,9 @@
 #define XCUDA_DEFAULT_MAX_INFLIGHT 4u
 #define XCUDA_MAX_INFLIGHT_CAP 64u
 #define XCUDA_DEFAULT_BURST_NS 50000000ull /* 50 ms of GPU time */
+/* A measured launch this wide (basis points of its device's SMs) or wider counts in
+ * the usage page's wide_gpu_time_ns. */
+#define XCUDA_WIDE_BP 5000u
 
 /* fail_policy: what libxcuda does when the block is missing or invalid. */
 #define XCUDA_FAIL_OPEN 0u   /* pass everything through to the driver */
@@ -181,10 +184,13 @@ typedef struct xcuda_usage {
      * process of the container; a new epoch starts over. 0 = none seen. */
     uint32_t online_width[XCUDA_MAX_DEVICES];
     /* Version 9: how many launches the gate measured (the launches gpu_time_ns is the
-     * GPU time of), all processes: gpu_time_ns over it is the container's measured GPU
-     * time per launch, which muxd compares with its online neighbour's kernels. */
+     * GPU time of), and the part of gpu_time_ns that launches at least XCUDA_WIDE_BP of
+     * their device's SMs wide took (a width as width.c reckons it; graph launches count
+     * as narrow), all processes: muxd compares the container's kernels per launch with
+     * its online neighbour's. */
     uint64_t measured_launches;
-    uint64_t reserved[2];
+    uint64_t wide_gpu_time_ns;
+    uint64_t reserved[1];
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
 

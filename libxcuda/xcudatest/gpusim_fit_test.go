@@ -112,3 +112,40 @@ func TestGpusimFittedOfflineRunsUnbounded(t *testing.T) {
 		t.Errorf("fitted: online p50 %.2f ms, worse than %.2f ms bounded", fitRes.ReqP50, boundRes.ReqP50)
 	}
 }
+
+// TestGpusimWideGPUTime: a throttled offline process's measured launches (usage
+// measured_launches, layout v9) carry the GPU time of its kernels, and the part its
+// launches at least half the GPU wide took (wide_gpu_time_ns): all of it for a job of
+// GPU-filling kernels (two waves of 500 µs blocks), none for a job of narrow ones (one).
+// muxd compares that with the online kernels' length (alloc.KernelRisk).
+func TestGpusimWideGPUTime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gpusim runs take seconds")
+	}
+	for _, tc := range []struct {
+		bigShare string
+		kernel   time.Duration // a kernel's time alone
+		wide     float64       // the share of the GPU time in wide launches
+	}{{"1", time.Millisecond, 1}, {"0", 500 * time.Microsecond, 0}} {
+		h := newHarness(t, ctlblock.Limits{ShareBP: 9000})
+		d := h.useGpusim(t)
+		out, err := h.gpusimCommand(d, "train", "--duration", "1.5", "--mem", "64M", "--kernel-us", "500",
+			"--big-share", tc.bigShare).CombinedOutput()
+		if err != nil {
+			t.Fatalf("train: %v\n%s", err, out)
+		}
+		u := h.block.Usage()
+		if u.MeasuredLaunches < 100 {
+			t.Fatalf("big share %s: %d launches measured in 1.5 s of 500 µs kernels at a 90%% share", tc.bigShare, u.MeasuredLaunches)
+		}
+		per := u.GPUTime / time.Duration(u.MeasuredLaunches)
+		share := float64(u.WideGPUTime) / float64(u.GPUTime)
+		t.Logf("big share %s: %d launches measured, %v a launch, %.2f of it wide", tc.bigShare, u.MeasuredLaunches, per, share)
+		if per < tc.kernel*9/10 || per > tc.kernel*13/10 {
+			t.Errorf("big share %s: %v of GPU time per measured launch of %v kernels", tc.bigShare, per, tc.kernel)
+		}
+		if math.Abs(share-tc.wide) > 0.01 {
+			t.Errorf("big share %s: %.2f of the GPU time in wide launches, want %v", tc.bigShare, share, tc.wide)
+		}
+	}
+}

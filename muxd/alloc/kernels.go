@@ -34,29 +34,34 @@ const (
 )
 
 // LaunchTime is an offline container's GPU time per launch as its libxcuda measured it
-// (ctlblock.Usage's GPUTime over MeasuredLaunches), a ratio of decayed sums so that a
-// second with many short launches and one with a few long ones weigh by their launches.
+// (ctlblock.Usage's GPUTime over MeasuredLaunches), and the part of it its wide launches
+// (at least half the SMs: WideGPUTime) took, as ratios of decayed sums so that a second
+// with many short launches and one with a few long ones weigh by their launches.
 type LaunchTime struct {
-	time, n float64 // decayed sums: seconds of GPU time, measured launches
+	time, wide, n float64 // decayed sums: seconds of GPU time, of it wide, measured launches
 }
 
-// Observe adds one reading: gpu measured over n launches since the last one.
-func (l *LaunchTime) Observe(gpu time.Duration, n uint64) {
+// Observe adds one reading: gpu measured over n launches since the last one, wide of it
+// in wide launches.
+func (l *LaunchTime) Observe(gpu, wide time.Duration, n uint64) {
 	if n == 0 {
 		return
 	}
 	per := min(max(gpu, 0)/time.Duration(min(n, math.MaxInt64)), maxLaunchTime)
+	perWide := min(max(wide, 0)/time.Duration(min(n, math.MaxInt64)), per)
 	w := float64(n)
 	l.time = launchTimeDecay*l.time + per.Seconds()*w
+	l.wide = launchTimeDecay*l.wide + perWide.Seconds()*w
 	l.n = launchTimeDecay*l.n + w
 }
 
-// Mean is the GPU time per launch; 0 until enough launches were measured.
-func (l *LaunchTime) Mean() time.Duration {
+// Mean is the GPU time per launch, and wide the part of it in wide launches; both 0
+// until enough launches were measured.
+func (l *LaunchTime) Mean() (all, wide time.Duration) {
 	if l.n < launchTimeMin {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(l.time / l.n * float64(time.Second))
+	return time.Duration(l.time / l.n * float64(time.Second)), time.Duration(l.wide / l.n * float64(time.Second))
 }
 
 // LaunchCost is the GPU time per online launch the allocator learned in calm periods
@@ -66,9 +71,11 @@ func (g *GPU) LaunchCost() time.Duration {
 }
 
 // KernelRisk says whether offline kernels of length offline delay the online kernels of
-// length online (both per launch; 0: unknown) past what any offline share can prevent,
-// where the offline blocks may hold SMs the online kernels need; ratio is offline ÷
-// online.
+// length online (both GPU time per launch; 0: unknown) past what any offline share can
+// prevent; ratio is offline ÷ online. Where the offline blocks may hold SMs the online
+// kernels need, offline is the GPU time of its wide launches per launch (a job of long
+// but narrow kernels leaves the online ones most of the SMs); where the two overfill the
+// memory bus, all of it.
 func KernelRisk(offline, online time.Duration) (ratio float64, risky bool) {
 	if offline <= 0 || online <= 0 {
 		return 0, false

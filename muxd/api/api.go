@@ -440,10 +440,13 @@ func truncate(s string) string {
 // pairing it with another service is what helps.
 type KernelRisk struct {
 	ID string `json:"id"`
-	// OfflineKernel is its GPU time per launch as libxcuda measured it; OnlineKernel the
-	// online containers' GPU time per launch (NVML's utilisation over their launch
-	// rate); Ratio the first over the second.
+	// OfflineKernel is its GPU time per launch as libxcuda measured it (beside the online
+	// work, so longer than alone), OfflineWide the part of it in launches at least half
+	// the SMs wide; OnlineKernel the online containers' GPU time per launch (NVML's
+	// utilisation over their launch rate); Ratio OfflineWide (OfflineKernel where the risk
+	// is the memory bus) over OnlineKernel.
 	OfflineKernel time.Duration `json:"offline_kernel_ns"`
+	OfflineWide   time.Duration `json:"offline_wide_ns"`
 	OnlineKernel  time.Duration `json:"online_kernel_ns"`
 	Ratio         float64       `json:"ratio"`
 	MemoryBus     bool          `json:"memory_bus,omitempty"`
@@ -451,10 +454,11 @@ type KernelRisk struct {
 
 // String is the risk in one sentence, with what to do about it.
 func (r KernelRisk) String() string {
-	where := "its blocks may hold SMs the online kernels need"
+	what := fmt.Sprintf("%v a launch in kernels at least half the GPU wide (of %v), %.0f× the online kernels (%v): its blocks may hold SMs they need",
+		r.OfflineWide.Round(time.Microsecond), r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineKernel.Round(time.Microsecond))
 	if r.MemoryBus {
-		where = "the two together ask for more memory bandwidth than the GPU has"
+		what = fmt.Sprintf("%v a launch, %.0f× the online kernels (%v), and the two together ask for more memory bandwidth than the GPU has",
+			r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineKernel.Round(time.Microsecond))
 	}
-	return fmt.Sprintf("kernels of %v, %.0f× the online ones (%v), and %s: every online request that meets one waits for it, whatever the offline share; confine it (muxflow.io/sm-percent) or pair it with another service",
-		r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineKernel.Round(time.Microsecond), where)
+	return what + ": every online request that meets one waits for it, whatever the offline share; confine it (muxflow.io/sm-percent) or pair it with another service"
 }

@@ -21,16 +21,16 @@ import (
 // measured is an offline container's libxcuda-measured GPU time and launch count at its
 // last usage read.
 type measured struct {
-	gpu time.Duration
-	n   uint64
+	gpu, wide time.Duration
+	n         uint64
 }
 
 // measureLaunches takes an offline container's usage totals into its LaunchTime. A
 // counter that went back (the container's own word) starts a new baseline.
 func (t *trust) measureLaunches(id string, u ctlblock.Usage) {
 	prev, ok := t.measured[id]
-	t.measured[id] = measured{u.GPUTime, u.MeasuredLaunches}
-	if !ok || u.MeasuredLaunches < prev.n || u.GPUTime < prev.gpu {
+	t.measured[id] = measured{u.GPUTime, u.WideGPUTime, u.MeasuredLaunches}
+	if !ok || u.MeasuredLaunches < prev.n || u.GPUTime < prev.gpu || u.WideGPUTime < prev.wide {
 		return
 	}
 	lt := t.launchTime[id]
@@ -38,7 +38,7 @@ func (t *trust) measureLaunches(id string, u ctlblock.Usage) {
 		lt = &alloc.LaunchTime{}
 		t.launchTime[id] = lt
 	}
-	lt.Observe(u.GPUTime-prev.gpu, u.MeasuredLaunches-prev.n)
+	lt.Observe(u.GPUTime-prev.gpu, u.WideGPUTime-prev.wide, u.MeasuredLaunches-prev.n)
 }
 
 // kernelRisks lists the GPU's offline containers whose kernels no share keeps from
@@ -56,12 +56,16 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, online time.Dura
 			// Its blocks leave the online kernels their SMs where the percentage its
 			// processes may hold is within the room the widest online kernel leaves.
 			room := float64(g.heldMPS(c.ID)) <= (1-f.width)*100+0.5
-			if room && !f.busBound {
-				continue
+			all, wide := lt.Mean()
+			off := wide
+			if room {
+				if !f.busBound {
+					continue
+				}
+				off = all
 			}
-			off := lt.Mean()
 			if ratio, risky := alloc.KernelRisk(off, online); risky {
-				risks = append(risks, api.KernelRisk{ID: c.ID, OfflineKernel: off, OnlineKernel: online, Ratio: ratio, MemoryBus: room})
+				risks = append(risks, api.KernelRisk{ID: c.ID, OfflineKernel: all, OfflineWide: wide, OnlineKernel: online, Ratio: ratio, MemoryBus: room})
 			}
 		}
 	}

@@ -23,13 +23,16 @@ func TestKernelRisks(t *testing.T) {
 		width     uint32        // the online kernels' width, basis points (0: none seen)
 		started   uint32        // the MPS percentage the job's processes hold
 		offKernel time.Duration // the job's measured GPU time per launch
+		wide      float64       // the share of it in wide launches
 		risky     bool
 	}{
-		{"GPU-filling online kernels beside 3 ms offline kernels", 10000, 100, 3 * time.Millisecond, true},
-		{"beside offline kernels twice as long as the online ones", 10000, 100, 200 * time.Microsecond, false},
-		{"a job confined to the SMs the online kernels leave", 6000, 40, 3 * time.Millisecond, false},
-		{"a job whose percentage is above the room they leave", 6000, 70, 3 * time.Millisecond, true},
-		{"no online width seen: nothing is said", 0, 100, 3 * time.Millisecond, false},
+		{"GPU-filling online kernels beside 3 ms offline kernels", 10000, 100, 3 * time.Millisecond, 1, true},
+		{"beside 3 ms offline kernels, a third of their time wide", 10000, 100, 3 * time.Millisecond, 0.33, true},
+		{"beside 3 ms offline kernels that are all narrow", 10000, 100, 3 * time.Millisecond, 0, false},
+		{"beside offline kernels twice as long as the online ones", 10000, 100, 200 * time.Microsecond, 1, false},
+		{"a job confined to the SMs the online kernels leave", 6000, 40, 3 * time.Millisecond, 1, false},
+		{"a job whose percentage is above the room they leave", 6000, 70, 3 * time.Millisecond, 1, true},
+		{"no online width seen: nothing is said", 0, 100, 3 * time.Millisecond, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
@@ -47,6 +50,7 @@ func TestKernelRisks(t *testing.T) {
 					r.Launches++
 					r.MeasuredLaunch++
 					r.GPUTimeNS += uint64(tc.offKernel)
+					r.WideGPUTimeNS += uint64(tc.wide * float64(tc.offKernel))
 				})
 				f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
 			}
@@ -64,7 +68,7 @@ func TestKernelRisks(t *testing.T) {
 			if r.ID != "train" || r.OfflineKernel != tc.offKernel || math.Abs(float64(r.OnlineKernel-100*time.Microsecond)) > float64(10*time.Microsecond) {
 				t.Errorf("risk %+v, want train at %v beside about 100µs", r, tc.offKernel)
 			}
-			if len(f.mon.events) != 1 || !strings.Contains(f.mon.events[0], "GPU-a train: kernels of 3ms") ||
+			if len(f.mon.events) != 1 || !strings.Contains(f.mon.events[0], "GPU-a train: ") || !strings.Contains(f.mon.events[0], "a launch in kernels at least half the GPU wide (of 3ms)") ||
 				!strings.Contains(f.mon.events[0], "muxflow.io/sm-percent") {
 				t.Errorf("events %q, want one saying what to do", f.mon.events)
 			}
@@ -100,18 +104,20 @@ func TestKernelRisksFromHostileCounters(t *testing.T) {
 			r.Launches++
 			switch i % 3 {
 			case 0:
-				r.MeasuredLaunch, r.GPUTimeNS = math.MaxUint64, math.MaxUint64
+				r.MeasuredLaunch, r.GPUTimeNS, r.WideGPUTimeNS = math.MaxUint64, math.MaxUint64, math.MaxUint64
 			case 1:
-				r.MeasuredLaunch, r.GPUTimeNS = 0, 0
+				r.MeasuredLaunch, r.GPUTimeNS, r.WideGPUTimeNS = 0, 0, math.MaxUint64
 			default:
 				r.MeasuredLaunch += 1 << 62
 				r.GPUTimeNS = math.MaxUint64 - uint64(i)
+				r.WideGPUTimeNS = uint64(i)
 			}
 		})
 		f.writeUsage(t, "other", func(r *ctlblock.RawUsage) {
 			r.Launches += 10
 			r.MeasuredLaunch += 10
 			r.GPUTimeNS += uint64(10 * 50 * time.Microsecond)
+			r.WideGPUTimeNS += uint64(10 * 50 * time.Microsecond)
 		})
 		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
 	}
@@ -119,7 +125,7 @@ func TestKernelRisksFromHostileCounters(t *testing.T) {
 		if r.ID != "train" {
 			t.Errorf("a neighbour's hostile counters reported %+v", r)
 		}
-		if r.OfflineKernel < 0 || r.OfflineKernel > 10*time.Second {
+		if r.OfflineKernel < 0 || r.OfflineKernel > 10*time.Second || r.OfflineWide < 0 || r.OfflineWide > r.OfflineKernel {
 			t.Errorf("hostile counters gave a kernel of %v", r.OfflineKernel)
 		}
 	}

@@ -251,7 +251,7 @@ func TestStatusShowsKernelRisks(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	st := Status{Node: api.NodeInfo{Hostname: "n1", Started: now.Add(-time.Hour)}, GPUs: []api.GPU{
 		{Index: 0, UUID: "GPU-a", Health: "healthy", KernelRisks: []api.KernelRisk{
-			{ID: "train", OfflineKernel: 3 * time.Millisecond, OnlineKernel: 40 * time.Microsecond, Ratio: 75}}},
+			{ID: "train", OfflineKernel: 3 * time.Millisecond, OfflineWide: 3 * time.Millisecond, OnlineKernel: 40 * time.Microsecond, Ratio: 75}}},
 		{Index: 1, UUID: "GPU-b", Health: "healthy", KernelRisks: []api.KernelRisk{
 			{ID: "etl", OfflineKernel: 1500 * time.Microsecond, OnlineKernel: 400 * time.Microsecond, Ratio: 3.75, MemoryBus: true}}},
 	}}
@@ -260,8 +260,8 @@ func TestStatusShowsKernelRisks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"GPU 0 online at risk: offline train: kernels of 3ms, 75× the online ones (40µs), and its blocks may hold SMs the online kernels need",
-		"GPU 1 online at risk: offline etl: kernels of 1.5ms, 4× the online ones (400µs), and the two together ask for more memory bandwidth than the GPU has",
+		"GPU 0 online at risk: offline train: 3ms a launch in kernels at least half the GPU wide (of 3ms), 75× the online kernels (40µs): its blocks may hold SMs they need: every online request",
+		"GPU 1 online at risk: offline etl: 1.5ms a launch, 4× the online kernels (400µs), and the two together ask for more memory bandwidth than the GPU has: every",
 		"muxflow.io/sm-percent",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -269,7 +269,7 @@ func TestStatusShowsKernelRisks(t *testing.T) {
 		}
 	}
 	data, _ := json.Marshal(st)
-	if want := `"kernel_risks":[{"id":"train","offline_kernel_ns":3000000,"online_kernel_ns":40000,"ratio":75}]`; !strings.Contains(string(data), want) {
+	if want := `"kernel_risks":[{"id":"train","offline_kernel_ns":3000000,"offline_wide_ns":3000000,"online_kernel_ns":40000,"ratio":75}]`; !strings.Contains(string(data), want) {
 		t.Errorf("JSON lacks %s: %s", want, data)
 	}
 }
