@@ -117,7 +117,7 @@ func TestGpusimFittedOfflineRunsUnbounded(t *testing.T) {
 // measured_launches, layout v9) carry the GPU time of its kernels, and the part its
 // launches at least half the GPU wide took (wide_gpu_time_ns): all of it for a job of
 // GPU-filling kernels (two waves of 500 µs blocks), none for a job of narrow ones (one).
-// muxd compares that with the online kernels' length (alloc.KernelRisk).
+// muxd compares that with the online kernels' length (profile.KernelRisk).
 func TestGpusimWideGPUTime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("gpusim runs take seconds")

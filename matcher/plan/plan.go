@@ -78,6 +78,11 @@ type Config struct {
 	// MinTput refuses pairs predicted to give the offline job less than
 	// this; default 0.05.
 	MinTput float64
+	// AllowKernelRisk allows pairs whose job would keep the online requests waiting
+	// for its kernels whatever its share (profile.Profile.DelaysOnline: its wide
+	// kernels several times as long as the service's GPU-filling ones); by default
+	// they are refused, as the throughput floors refuse theirs.
+	AllowKernelRisk bool
 	// Mode picks the solver; default Auto.
 	Mode Mode
 	// K is the candidate list length in top-k mode; default 64.
@@ -156,7 +161,7 @@ type Stats struct {
 // Reasons a job can be left out.
 const (
 	ReasonNoGPU  = "no healthy GPU with the memory and type it needs"
-	ReasonFloor  = "every GPU it fits is predicted to leave it or the online work below the throughput floors"
+	ReasonFloor  = "every GPU it fits is predicted to leave it or the online work below the throughput floors, or serves GPU-filling online kernels its own kernels are several times as long as"
 	ReasonOutbid = "eligible GPUs went to pairs of higher predicted throughput"
 )
 
@@ -355,8 +360,12 @@ func (j Job) allows(typ string) bool {
 	return len(j.GPUTypes) == 0 || slices.Contains(j.GPUTypes, typ)
 }
 
-// weight is the edge weight of job on slot, or -Inf when a floor forbids it.
+// weight is the edge weight of job on slot, or -Inf when a floor or the job's kernels
+// (Config.AllowKernelRisk) forbid it.
 func (p *Planner) weight(job Job, s gpuSlot) float64 {
+	if !p.cfg.AllowKernelRisk && s.gpu.Online != nil && job.Profile.DelaysOnline(s.gpu.Online.Profile) {
+		return math.Inf(-1)
+	}
 	off, on := p.predict(job.Profile, s)
 	if off < p.cfg.MinTput || on < p.cfg.MinOnlineTput {
 		return math.Inf(-1)
@@ -468,18 +477,20 @@ func coarsePrices(g *assign.Candidates, gid []int, groups int) (*assign.Prices, 
 	return out, nil
 }
 
-// profileKey is a comparable copy of the fields predictors read.
+// profileKey is a comparable copy of the fields predictors and the weight read.
 type profileKey struct {
 	present          bool // false only for "no online workload"
 	gpu, bw, mem, sm float64
 	smKnown, amp     bool
 	batch            int
+	kernel, width    float64 // the kernel rule's (weight)
 }
 
 type pairKey struct{ job, online profileKey }
 
 func keyOf(p profile.Profile) profileKey {
-	k := profileKey{present: true, gpu: p.GPUUtil, bw: p.MemBWUtil, mem: p.MemoryMiB, amp: p.AMP, batch: p.BatchSize}
+	k := profileKey{present: true, gpu: p.GPUUtil, bw: p.MemBWUtil, mem: p.MemoryMiB, amp: p.AMP, batch: p.BatchSize,
+		kernel: p.KernelUS, width: p.WidthPct}
 	if p.SMActivity != nil {
 		k.sm, k.smKnown = *p.SMActivity, true
 	}
@@ -508,6 +519,8 @@ func (k profileKey) hash() uint64 {
 	add(math.Float64bits(k.mem))
 	add(math.Float64bits(k.sm))
 	add(uint64(k.batch))
+	add(math.Float64bits(k.kernel))
+	add(math.Float64bits(k.width))
 	return h
 }
 

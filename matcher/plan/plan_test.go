@@ -291,3 +291,66 @@ func TestWarmReplan(t *testing.T) {
 		t.Errorf("after 1%% churn: warm %.9f (%d pairs), cold %.9f (%d pairs)", warm.Stats.TotalWeight, len(warm.Assignments), cold.Stats.TotalWeight, len(cold.Assignments))
 	}
 }
+
+// Issue 14: a job whose wide kernels are many times as long as a service's GPU-filling
+// ones is never paired with it (no offline share keeps the service's requests from
+// waiting for them), in either solver; it goes to a service whose kernels leave it room
+// or are long enough, or stays pending with the floors' reason. AllowKernelRisk pairs it.
+func TestPlanAvoidsKernelRisk(t *testing.T) {
+	filling := &profile.Profile{GPUUtil: 20, MemBWUtil: 10, MemoryMiB: 1000, KernelUS: 40, WidthPct: 100}
+	narrow := &profile.Profile{GPUUtil: 40, MemBWUtil: 10, MemoryMiB: 1000, KernelUS: 40, WidthPct: 30}
+	long := &profile.Profile{GPUUtil: 40, MemBWUtil: 10, MemoryMiB: 1000, KernelUS: 1500, WidthPct: 100}
+	longJob := Job{ID: "batch/long", Profile: profile.Profile{GPUUtil: 60, MemBWUtil: 20, MemoryMiB: 1000, KernelUS: 3000}}
+	shortJob := Job{ID: "batch/short", Profile: profile.Profile{GPUUtil: 60, MemBWUtil: 20, MemoryMiB: 1000, KernelUS: 80}}
+	node := func(gs ...profile.GPUReport) []profile.NodeReport {
+		return []profile.NodeReport{{Node: profile.NodeInfo{Name: "n1"}, GPUs: gs}}
+	}
+	for _, mode := range []Mode{Exact, TopK} {
+		for _, tc := range []struct {
+			name    string
+			reports []profile.NodeReport
+			allow   bool
+			want    map[string]string // job -> GPU ("" pending)
+		}{
+			{"the long job goes beside the narrow service, the short one beside the filling one",
+				node(gpu("g-fill", "A100", 50000, filling), gpu("g-narrow", "A100", 50000, narrow)), false,
+				map[string]string{"batch/long": "g-narrow", "batch/short": "g-fill"}},
+			{"beside a service of long GPU-filling kernels the long job is no risk",
+				node(gpu("g-fill", "A100", 50000, filling), gpu("g-long", "A100", 50000, long)), false,
+				map[string]string{"batch/long": "g-long", "batch/short": "g-fill"}},
+			{"only filling services: the long job waits",
+				node(gpu("g-fill", "A100", 50000, filling), gpu("g-fill2", "A100", 50000, filling)), false,
+				map[string]string{"batch/long": "", "batch/short": "g-fill*"}},
+			{"allowed: paired all the same",
+				node(gpu("g-fill", "A100", 50000, filling), gpu("g-fill2", "A100", 50000, filling)), true,
+				map[string]string{"batch/long": "g-fill*", "batch/short": "g-fill*"}},
+		} {
+			t.Run(fmt.Sprintf("%s/%s", mode, tc.name), func(t *testing.T) {
+				p, err := NewPlanner(Config{Predictor: rule{}, Mode: mode, AllowKernelRisk: tc.allow})
+				if err != nil {
+					t.Fatal(err)
+				}
+				pl, err := p.Plan(tc.reports, []Job{longJob, shortJob})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]string{}
+				for _, a := range pl.Assignments {
+					got[a.Job] = a.GPU
+				}
+				for j, g := range tc.want {
+					switch {
+					case g == "" && got[j] != "":
+						t.Errorf("%s placed on %s, want pending", j, got[j])
+					case g == "" && pl.Unassigned[j] != ReasonFloor:
+						t.Errorf("%s pending for %q, want %q", j, pl.Unassigned[j], ReasonFloor)
+					case strings.HasSuffix(g, "*") && !strings.HasPrefix(got[j], strings.TrimSuffix(g, "*")):
+						t.Errorf("%s on %q, want one of %s", j, got[j], g)
+					case g != "" && !strings.HasSuffix(g, "*") && got[j] != g:
+						t.Errorf("%s on %q, want %s", j, got[j], g)
+					}
+				}
+			})
+		}
+	}
+}

@@ -46,6 +46,13 @@ type Profile struct {
 	Speed float64 `json:"speed,omitempty"`
 	// GPUType is the GPU model the profile was measured on; empty when unknown.
 	GPUType string `json:"gpu_type,omitempty"`
+	// KernelUS is GPU time per launch in microseconds as muxd measured it: for an online
+	// workload, of all its launches; for an offline one, of its launches at least half
+	// the GPU wide (the kernels an online kernel may have to wait for). 0: unknown.
+	KernelUS float64 `json:"kernel_us,omitempty"`
+	// WidthPct is an online workload's widest kernel lately, in percent of the SMs its
+	// blocks need at once. 0: unknown.
+	WidthPct float64 `json:"width_pct,omitempty"`
 }
 
 // Validate reports whether every figure is finite and in range.
@@ -69,6 +76,12 @@ func (p Profile) Validate() error {
 	}
 	if !finite(p.Speed) || p.Speed < 0 {
 		return fmt.Errorf("%w: speed %v must be a non-negative number", ErrInvalid, p.Speed)
+	}
+	if !finite(p.KernelUS) || p.KernelUS < 0 || p.KernelUS > MaxKernel.Seconds()*1e6 {
+		return fmt.Errorf("%w: kernel_us %v must be between 0 and %.0f", ErrInvalid, p.KernelUS, MaxKernel.Seconds()*1e6)
+	}
+	if err := percent("width_pct", p.WidthPct); err != nil {
+		return err
 	}
 	return nil
 }

@@ -101,6 +101,10 @@ func TestNodeReportValidate(t *testing.T) {
 		{"online without id", func(r *NodeReport) { r.GPUs[0].Online.ID = "" }, "without id"},
 		{"bad offline profile", func(r *NodeReport) { r.GPUs[0].Offline[0].Profile.MemBWUtil = -1 }, "mem_bw_util"},
 		{"bad colocation", func(r *NodeReport) { r.Colocations = []Colocation{{ANormTput: -1}} }, "a_norm_tput"},
+		{"kernel lengths", func(r *NodeReport) { r.GPUs[0].Online.Profile.KernelUS, r.GPUs[0].Online.Profile.WidthPct = 40, 100 }, ""},
+		{"negative kernel", func(r *NodeReport) { r.GPUs[0].Offline[0].Profile.KernelUS = -1 }, "kernel_us"},
+		{"kernel of hours", func(r *NodeReport) { r.GPUs[0].Offline[0].Profile.KernelUS = 3.6e9 }, "kernel_us"},
+		{"width above 100", func(r *NodeReport) { r.GPUs[0].Online.Profile.WidthPct = 101 }, "width_pct"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

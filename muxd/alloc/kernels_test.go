@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/muxflow/muxflow/matcher/profile"
 )
 
 func TestLaunchTime(t *testing.T) {
@@ -36,32 +38,12 @@ func TestLaunchTime(t *testing.T) {
 		h.Observe(time.Millisecond, time.Hour, 1)
 		h.Observe(time.Hour, time.Hour, 0)
 	}
-	if m, w := h.Mean(); m < 0 || m > maxLaunchTime || w < 0 || w > m {
+	if m, w := h.Mean(); m < 0 || m > profile.MaxKernel || w < 0 || w > m {
 		t.Errorf("hostile readings gave a mean of %v, %v of it wide", m, w)
 	}
 	var big LaunchTime
 	big.Observe(time.Second, time.Second, math.MaxUint64)
 	if m, w := big.Mean(); m != 0 || w != 0 {
 		t.Errorf("a second over 2^64 launches gave %v a launch (%v wide), want 0", m, w)
-	}
-}
-
-func TestKernelRisk(t *testing.T) {
-	for _, tc := range []struct {
-		offline, online time.Duration
-		risky           bool
-	}{
-		{3 * time.Millisecond, 40 * time.Microsecond, true},     // 75×: the random sweep's worst draw
-		{500 * time.Microsecond, 100 * time.Microsecond, true},  // 5×: h100-short-fill
-		{time.Millisecond, 1500 * time.Microsecond, false},      // shorter than the online kernels (h100-fill-long)
-		{400 * time.Microsecond, 300 * time.Microsecond, false}, // 1.33×: held on every draw
-		{90 * time.Microsecond, 10 * time.Microsecond, false},   // 9×, but shorter than RiskMinKernel
-		{time.Millisecond, 0, false},                            // online length not learned yet
-		{0, 10 * time.Microsecond, false},                       // offline not measured
-	} {
-		ratio, risky := KernelRisk(tc.offline, tc.online)
-		if risky != tc.risky {
-			t.Errorf("KernelRisk(%v, %v) = %.2f, %v; want risky %v", tc.offline, tc.online, ratio, risky, tc.risky)
-		}
 	}
 }

@@ -238,7 +238,7 @@ type Status struct {
 	OnlineMemBW  float64 `json:"online_mem_bw,omitempty"`
 	OfflineMemBW float64 `json:"offline_mem_bw,omitempty"`
 	// KernelRisks are the offline containers whose kernels are too long beside the
-	// online ones for any share to protect them (alloc.KernelRisk).
+	// online ones for any share to protect them (profile.KernelRisk).
 	KernelRisks []api.KernelRisk `json:"kernel_risks,omitempty"`
 }
 
@@ -385,7 +385,7 @@ type profileScratch struct {
 }
 
 // observe sums each container's processes' NVML figures on one GPU into o (whose
-// Containers slice is reused).
+// Containers slice is reused), with the kernel lengths the guard measured.
 func (g *Guard) observe(o *workloadprofile.GPUObservation, v gpuView, rates map[string]float64, ps *profileScratch) {
 	o.UUID, o.Type, o.Containers = v.status.UUID, GPUType(v.status.Name), o.Containers[:0]
 	clear(ps.inits)
@@ -394,6 +394,7 @@ func (g *Guard) observe(o *workloadprofile.GPUObservation, v gpuView, rates map[
 		ps.inits[c.PID] = c.ID
 		ps.byID[c.ID] = len(o.Containers)
 		o.Containers = append(o.Containers, workloadprofile.Observation{ID: c.ID, Online: c.Class == api.Online, Speed: rates[c.ID]})
+		g.observeKernels(&o.Containers[len(o.Containers)-1], v.status.UUID)
 	}
 	s := v.status.Sample
 	if s == nil {

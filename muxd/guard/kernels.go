@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
+	"github.com/muxflow/muxflow/matcher/profile"
 	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/workloadprofile"
 )
 
-// Kernel lengths (alloc.KernelRisk): an offline container whose kernels are several times
+// Kernel lengths (profile.KernelRisk): an offline container whose kernels are several times
 // as long as its online neighbour's, with blocks that may hold the SMs those need (or
 // that overfill the memory bus with them), delays the online requests whatever its share.
 // The guard measures both lengths, reports such a container in the GPU's status and
@@ -64,7 +66,7 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, online time.Dura
 				}
 				off = all
 			}
-			if ratio, risky := alloc.KernelRisk(off, online); risky {
+			if ratio, risky := profile.KernelRisk(off, online); risky {
 				risks = append(risks, api.KernelRisk{ID: c.ID, OfflineKernel: all, OfflineWide: wide, OnlineKernel: online, Ratio: ratio, MemoryBus: room})
 			}
 		}
@@ -89,4 +91,23 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, online time.Dura
 		}
 	}
 	st.risks = risks
+}
+
+// observeKernels gives the profiler what the guard knows of a container's kernels on
+// the GPU uuid: an online one's GPU time per launch (the allocator's) and its kernels'
+// width, an offline one's GPU time per launch in wide launches.
+func (g *Guard) observeKernels(o *workloadprofile.Observation, uuid string) {
+	if o.Online {
+		if a := g.loop.allocs[uuid]; a != nil {
+			o.KernelUS = float64(a.LaunchCost()) / float64(time.Microsecond)
+		}
+		if st := g.gpus[uuid]; st != nil {
+			o.WidthPct = st.fit.width * 100
+		}
+		return
+	}
+	if lt := g.loop.trust.launchTime[o.ID]; lt != nil {
+		_, wide := lt.Mean()
+		o.KernelUS = float64(wide) / float64(time.Microsecond)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/workloadprofile"
 )
 
 // Issue 14, the random scenarios: an offline job whose kernels are many times as long as
@@ -37,6 +38,7 @@ func TestKernelRisks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
 			f.startedAt(t, "train", tc.started)
+			f.g.Profiler = workloadprofile.New()
 			now := time.Now()
 			// 4 s of 100 ms periods: the service runs 20% of the time in 2,000 launches a
 			// second (100 µs a launch), the job launches 10 measured kernels a second.
@@ -63,6 +65,17 @@ func TestKernelRisks(t *testing.T) {
 			}
 			if len(st.KernelRisks) != 1 {
 				t.Fatalf("risks %+v, want train's", st.KernelRisks)
+			}
+			// The lengths reach the profiles the node reports to the matcher, which
+			// then refuses the pair (profile.Profile.DelaysOnline) where the service's
+			// kernels fill the GPU.
+			job, _, _ := f.g.Profiler.Profile("train")
+			svc, _, _ := f.g.Profiler.Profile("svc")
+			if math.Abs(job.KernelUS-tc.wide*float64(tc.offKernel.Microseconds())) > 1 || math.Abs(svc.KernelUS-100) > 10 || svc.WidthPct != float64(tc.width)/100 {
+				t.Errorf("profiles: job %v µs, service %v µs %v%% wide", job.KernelUS, svc.KernelUS, svc.WidthPct)
+			}
+			if job.DelaysOnline(svc) != (tc.width >= 9000) {
+				t.Errorf("the profiles say the job delays the service: %v", job.DelaysOnline(svc))
 			}
 			r := st.KernelRisks[0]
 			if r.ID != "train" || r.OfflineKernel != tc.offKernel || math.Abs(float64(r.OnlineKernel-100*time.Microsecond)) > float64(10*time.Microsecond) {

@@ -8,6 +8,7 @@
 package workloadprofile
 
 import (
+	"cmp"
 	"sort"
 	"sync"
 	"time"
@@ -26,6 +27,10 @@ type Observation struct {
 	MemoryBytes uint64
 	// Speed is its kernel launches per second (0 when unknown).
 	Speed float64
+	// KernelUS and WidthPct are profile.Profile's (0 when unknown): GPU time per launch
+	// (an offline container's in its wide launches) and an online container's widest
+	// kernel.
+	KernelUS, WidthPct float64
 }
 
 // GPUObservation is one period's measurement of a GPU's containers.
@@ -47,6 +52,7 @@ const (
 type stats struct {
 	n                          int
 	util, membw, memory, speed float64
+	kernel, width              float64 // learned from the observations that know them
 }
 
 func (s *stats) add(o Observation) {
@@ -58,11 +64,25 @@ func (s *stats) add(o Observation) {
 		s.memory += alpha * (float64(o.MemoryBytes) - s.memory)
 		s.speed += alpha * (o.Speed - s.speed)
 	}
+	s.kernel = known(s.kernel, o.KernelUS)
+	s.width = known(s.width, o.WidthPct)
 	s.n++
 }
 
+// known is an EWMA step over the observations that know a value (v > 0).
+func known(avg, v float64) float64 {
+	switch {
+	case v <= 0:
+		return avg
+	case avg == 0:
+		return v
+	}
+	return avg + alpha*(v-avg)
+}
+
 func (s *stats) profile(name string) profile.Profile {
-	return profile.Profile{Name: name, GPUUtil: clampPct(s.util), MemBWUtil: clampPct(s.membw), MemoryMiB: s.memory / (1 << 20), Speed: s.speed}
+	return profile.Profile{Name: name, GPUUtil: clampPct(s.util), MemBWUtil: clampPct(s.membw), MemoryMiB: s.memory / (1 << 20), Speed: s.speed,
+		KernelUS: min(s.kernel, profile.MaxKernel.Seconds()*1e6), WidthPct: clampPct(s.width)}
 }
 
 type pairKey struct{ gpu, online, offline string }
@@ -201,7 +221,9 @@ func (p *Profiler) finalize() {
 }
 
 // Profile returns the container's solo profile if it has one, else its latest profile
-// in company (solo=false).
+// in company (solo=false). Kernel lengths are measured in company only (libxcuda times an
+// offline container's launches while online work is about), so a solo profile takes
+// them from the latest.
 func (p *Profiler) Profile(id string) (pr profile.Profile, solo, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -209,7 +231,12 @@ func (p *Profiler) Profile(id string) (pr profile.Profile, solo, ok bool) {
 		return profile.Profile{}, false, false
 	}
 	if s := p.solo[id]; s != nil && s.n >= minSamples {
-		return s.profile(id), true, true
+		pr = s.profile(id)
+		if c := p.current[id]; c != nil {
+			cp := c.profile(id)
+			pr.KernelUS, pr.WidthPct = cmp.Or(pr.KernelUS, cp.KernelUS), cmp.Or(pr.WidthPct, cp.WidthPct)
+		}
+		return pr, true, true
 	}
 	if s := p.current[id]; s != nil {
 		return s.profile(id), false, true

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/muxflow/muxflow/matcher/profile"
 )
 
 func TestSoloProfilesAndColocationRecord(t *testing.T) {
@@ -102,4 +104,48 @@ func TestNoRecordWithoutSoloBaselines(t *testing.T) {
 	if _, _, ok := p.Profile("b"); ok {
 		t.Error("a forgotten container still has a profile")
 	}
+}
+
+// Kernel lengths are measured in company only: a job's solo profile takes its wide
+// kernels' GPU time per launch from when it shared, and readings that do not know them
+// (0) leave them as they were.
+func TestKernelLengthsReachTheProfile(t *testing.T) {
+	p := New()
+	now := time.Now()
+	step := func(cs ...Observation) {
+		now = now.Add(100 * time.Millisecond)
+		p.Observe(now, []GPUObservation{{UUID: "g", Type: "T4", Containers: cs}})
+	}
+	on := Observation{ID: "svc", Online: true, GPUUtil: 20, Speed: 5000, KernelUS: 40, WidthPct: 100}
+	off := Observation{ID: "job", GPUUtil: 60, Speed: 300}
+	for range 40 {
+		step(off) // alone: nothing measured
+	}
+	shared := off
+	shared.KernelUS = 3000
+	for range 40 {
+		step(on, shared)
+	}
+	for range 40 {
+		step(off)
+	}
+	pr, solo, ok := p.Profile("job")
+	if !ok || !solo || math.Abs(pr.KernelUS-3000) > 1 || pr.WidthPct != 0 {
+		t.Errorf("job: %+v solo=%v ok=%v; want its solo profile with 3000 µs kernels", pr, solo, ok)
+	}
+	if pr, _, _ := p.Profile("svc"); math.Abs(pr.KernelUS-40) > 0.1 || math.Abs(pr.WidthPct-100) > 0.1 {
+		t.Errorf("svc: %+v; want 40 µs kernels 100%% wide", pr)
+	}
+	if !pr.DelaysOnline(profileOf(t, p, "svc")) {
+		t.Error("the job's profile does not say it delays the service")
+	}
+}
+
+func profileOf(t *testing.T, p *Profiler, id string) profile.Profile {
+	t.Helper()
+	pr, _, ok := p.Profile(id)
+	if !ok {
+		t.Fatalf("no profile for %s", id)
+	}
+	return pr
 }
