@@ -58,6 +58,7 @@ func (r *Report) aggregate() {
 			for _, n := range x.Notes {
 				out.Notes = append(out.Notes, fmt.Sprintf("pass %d: %s", k+1, n))
 			}
+			out.KernelRisks = noteRisks(out.KernelRisks, x.KernelRisks)
 		}
 		r.Results = append(r.Results, out)
 	}

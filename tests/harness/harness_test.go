@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/muxflow/muxflow/muxd/api"
 	"image/png"
 	"math"
 	"os"
@@ -583,5 +584,27 @@ hold_max = "90%"
 	want := []any{60.0, 200 * time.Microsecond, time.Millisecond, 50 * time.Millisecond, 90.0}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("policy (-want +got):\n%s", d)
+	}
+}
+
+// The containers muxd named as a kernel risk in any pass reach the table, once each with
+// their latest report.
+func TestKernelRisksInTable(t *testing.T) {
+	risk := func(ms float64) api.KernelRisk {
+		return api.KernelRisk{ID: "j0", OfflineKernel: time.Duration(ms * 1e6), OfflineWide: time.Duration(ms * 1e6), OnlineKernel: 40 * time.Microsecond, Ratio: ms * 25}
+	}
+	s, _ := ParseScenario([]byte(minimal))
+	r := &Report{Scenario: s}
+	for _, rs := range [][]api.KernelRisk{{risk(2)}, nil, {risk(3)}} {
+		r.Passes = append(r.Passes, Pass{OfflineAlone: []float64{100}, Results: []Result{
+			{Strategy: OnlineAlone, ReqP99: 1},
+			{Strategy: Muxflow, ReqP99: 3, OfflineItPerS: []float64{50}, KernelRisks: rs},
+		}})
+	}
+	r.aggregate()
+	var out strings.Builder
+	r.WriteTable(&out)
+	if n := strings.Count(out.String(), "at risk: offline j0"); n != 1 || !strings.Contains(out.String(), "muxflow: muxd said the online requests are at risk: offline j0: 3ms a launch") {
+		t.Errorf("%d risk lines, want one with the latest report:\n%s", n, out.String())
 	}
 }

@@ -129,6 +129,23 @@ type Result struct {
 	Trace []Request `json:"-"`
 	// Notes are problems met during the run (also counted in Errors where they are).
 	Notes []string
+	// KernelRisks are the offline containers muxd named, at some point in the window,
+	// as keeping the online requests waiting for their kernels whatever their share
+	// (the latest report of each; muxflow strategies only).
+	KernelRisks []api.KernelRisk
+}
+
+// noteRisks adds to seen the kernel risks of one reading, replacing an earlier report of
+// the same container.
+func noteRisks(seen, now []api.KernelRisk) []api.KernelRisk {
+	for _, r := range now {
+		if i := slices.IndexFunc(seen, func(o api.KernelRisk) bool { return o.ID == r.ID }); i >= 0 {
+			seen[i] = r
+		} else {
+			seen = append(seen, r)
+		}
+	}
+	return seen
 }
 
 // Sample is one sampling period of a run, for the plot.
@@ -606,7 +623,7 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 			res.SMActivity = (dev1.smNs - dev0.smNs) / w / float64(dev1.sms)
 		}
 	}
-	res.Samples, res.Changes = smp.samples, smp.changes
+	res.Samples, res.Changes, res.KernelRisks = smp.samples, smp.changes, smp.risks
 	if tracePath != "" {
 		f, err := os.Open(tracePath)
 		if err != nil {
@@ -707,6 +724,7 @@ type sampler struct {
 	// changes of the ceiling muxd reported, and the time of the latest
 	changes    []CeilingChange
 	lastChange time.Time
+	risks      []api.KernelRisk // the latest report of each container muxd named
 	// totals over the samples that saw the online process
 	busyNs, requests float64
 }
@@ -758,6 +776,7 @@ func (sm *sampler) run(ctx context.Context, every time.Duration) {
 					}
 					sm.changes = append(sm.changes, CeilingChange{T: c.At.Sub(sm.start.at), From: c.From, To: c.To, Demand: c.Demand, Reason: c.Reason, Detail: c.Detail})
 				}
+				sm.risks = noteRisks(sm.risks, g[0].KernelRisks)
 			}
 		}
 		sm.samples = append(sm.samples, smp)

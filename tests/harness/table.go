@@ -127,6 +127,9 @@ func (r *Report) writeLegend(w io.Writer, bullet string) {
 		for _, n := range x.Notes {
 			fmt.Fprintf(w, "%s%s: %s\n", bullet, x.Strategy, n)
 		}
+		for _, k := range x.KernelRisks {
+			fmt.Fprintf(w, "%s%s: muxd said the online requests are at risk: offline %s: %s\n", bullet, x.Strategy, k.ID, k)
+		}
 	}
 	if len(r.Passes) > 1 {
 		fmt.Fprintf(w, "%smedians of %d passes (ratios: median of each pass's ratio to its own online-alone run); errors and evictions: totals\n", bullet, len(r.Passes))
