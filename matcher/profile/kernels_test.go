@@ -11,7 +11,8 @@ func TestKernelRisk(t *testing.T) {
 		risky           bool
 	}{
 		{3 * time.Millisecond, 40 * time.Microsecond, true},     // 75×: the random sweep's worst draw
-		{500 * time.Microsecond, 100 * time.Microsecond, true},  // 5×: h100-short-fill
+		{500 * time.Microsecond, 100 * time.Microsecond, true},  // 5×
+		{250 * time.Microsecond, 53 * time.Microsecond, false},  // 4.7×: rand-1-005 as measured, which held
 		{time.Millisecond, 1500 * time.Microsecond, false},      // shorter than the online kernels (h100-fill-long)
 		{400 * time.Microsecond, 300 * time.Microsecond, false}, // 1.33×: held on every draw
 		{90 * time.Microsecond, 10 * time.Microsecond, false},   // 9×, but shorter than RiskMinKernel
