@@ -15,8 +15,9 @@ import (
 // Kernel lengths (profile.KernelRisk): an offline container whose kernels are several times
 // as long as its online neighbour's, with blocks that may hold the SMs those need (or
 // that overfill the memory bus with them), delays the online requests whatever its share.
-// The guard measures both lengths, reports such a container in the GPU's status and
-// records an event when it starts and ends; it changes nothing itself (MPS fixes a
+// The guard measures both lengths, reports such a container in the GPU's status,
+// records an event when it becomes one and logs when it stops being one (its kernels got
+// shorter, or it left); it changes nothing itself (MPS fixes a
 // process's SMs when its context is created, and the cure, confining the job or pairing
 // it elsewhere, is the operator's or the matcher's).
 
@@ -45,8 +46,8 @@ func (t *trust) measureLaunches(id string, u ctlblock.Usage) {
 
 // kernelRisks lists the GPU's offline containers whose kernels no share keeps from
 // delaying the online ones (f: this period's MPS fit; online: the allocator's GPU time
-// per online launch), records an event for each one that became or stopped being one,
-// and keeps the list in st. g.mu held.
+// per online launch), records an event for each one that became one, logs each that
+// stopped, and keeps the list in st. g.mu held.
 func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, online time.Duration) {
 	risks := st.risks[:0]
 	if len(v.online) > 0 && f.width > 0 {
@@ -87,7 +88,7 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, online time.Dura
 	for id := range st.risky {
 		if !slices.ContainsFunc(risks, func(r api.KernelRisk) bool { return r.ID == id }) {
 			delete(st.risky, id)
-			g.Log.Info("offline kernels no longer too long beside the online ones", "gpu", uuid, "id", id)
+			g.Log.Info("offline container no longer named for kernels too long beside the online ones", "gpu", uuid, "id", id)
 		}
 	}
 	st.risks = risks
