@@ -153,11 +153,11 @@ type Usage struct {
 	Launches  uint64
 	Throttled time.Duration
 	// GPUTime is the GPU time the gate measured, over MeasuredLaunches launches (it
-	// measures only while it throttles or bounds the container's outstanding work);
-	// WideGPUTime the part of it that launches at least half their device's SMs wide took.
+	// measures only while it throttles or bounds the container's outstanding work), and
+	// GPUTimeSqUS2 the sum of each launch's GPU time squared (µs²; it wraps).
 	GPUTime          time.Duration
-	WideGPUTime      time.Duration
 	MeasuredLaunches uint64
+	GPUTimeSqUS2     uint64
 	InFlight         uint32
 	// OOMDenials counts allocations refused at the memory cap.
 	OOMDenials uint32

@@ -148,7 +148,7 @@ type rawUsage struct {
 	AheadHeldNS    uint64             `c:"ahead_held_ns"`
 	OnlineWidth    [MaxDevices]uint32 `c:"online_width"`
 	MeasuredLaunch uint64             `c:"measured_launches"`
-	WideGPUTimeNS  uint64             `c:"wide_gpu_time_ns"`
+	GPUTimeSqUS2   uint64             `c:"gpu_time_sq_us2"`
 	Reserved       [1]uint64          `c:"reserved"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
 }
@@ -159,7 +159,9 @@ type rawSignalSlot struct {
 	Followers uint32    `c:"followers"`
 	IdleNS    uint64    `c:"idle_ns"`
 	SyncNS    uint64    `c:"sync_ns"`
-	Reserved  [4]uint64 `c:"reserved"`
+	BusyNS    uint64    `c:"busy_ns"`
+	BusySpans uint64    `c:"busy_spans"`
+	Reserved  [2]uint64 `c:"reserved"`
 }
 
 type rawSignal struct {

@@ -169,6 +169,18 @@ func (s *SignalPage) SetFollowers(counts []uint32) error {
 	return nil
 }
 
+// Busy returns slot i's online busy periods: their total length and how many (layout v9;
+// 0 outside the page). Untrusted: online containers can write them.
+func (s *SignalPage) Busy(i int) (ns, spans uint64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.sig == nil || i < 0 || i >= SignalSlots {
+		return 0, 0
+	}
+	slot := &s.sig.Slot[i]
+	return atomic.LoadUint64(&slot.BusyNS), atomic.LoadUint64(&slot.BusySpans)
+}
+
 // Followers returns slot i's follower count (0 outside the page). Untrusted: online
 // containers can write it.
 func (s *SignalPage) Followers(i int) uint32 {

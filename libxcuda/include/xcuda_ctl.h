@@ -33,9 +33,6 @@
 #define XCUDA_DEFAULT_MAX_INFLIGHT 4u
 #define XCUDA_MAX_INFLIGHT_CAP 64u
 #define XCUDA_DEFAULT_BURST_NS 50000000ull /* 50 ms of GPU time */
-/* A measured launch this wide (basis points of its device's SMs) or wider counts in
- * the usage page's wide_gpu_time_ns. */
-#define XCUDA_WIDE_BP 5000u
 
 /* fail_policy: what libxcuda does when the block is missing or invalid. */
 #define XCUDA_FAIL_OPEN 0u   /* pass everything through to the driver */
@@ -184,12 +181,12 @@ typedef struct xcuda_usage {
      * process of the container; a new epoch starts over. 0 = none seen. */
     uint32_t online_width[XCUDA_MAX_DEVICES];
     /* Version 9: how many launches the gate measured (the launches gpu_time_ns is the
-     * GPU time of), and the part of gpu_time_ns that launches at least XCUDA_WIDE_BP of
-     * their device's SMs wide took (a width as width.c reckons it; graph launches count
-     * as narrow), all processes: muxd compares the container's kernels per launch with
-     * its online neighbour's. */
+     * GPU time of), and the sum of each one's GPU time squared, in square microseconds,
+     * all processes: over gpu_time_ns it is how long the launch in flight at a random
+     * moment runs, what an online request arriving then meets, which muxd compares with
+     * the online busy periods (the signal page's busy_ns). Wraps, like any counter. */
     uint64_t measured_launches;
-    uint64_t wide_gpu_time_ns;
+    uint64_t gpu_time_sq_us2;
     uint64_t reserved[1];
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
@@ -230,7 +227,12 @@ typedef struct xcuda_usage {
  * within XCUDA_SIGNAL_SYNC_MAX_NS of now, a set slot is busy however old online_ns is:
  * online work is under way until that synchronisation returns (one 50 ms kernel would
  * otherwise go stale after the hold window), and a process killed inside one costs
- * followers at most that long, within their hold budget. */
+ * followers at most that long, within their hold budget.
+ *
+ * Version 9: an online process that clears a slot some offline container follows, after
+ * it set the slot from 0 itself, adds the time since then to busy_ns and 1 to busy_spans:
+ * muxd's mean length of the online busy periods (a request, for a service that
+ * synchronises once a request), which it compares with the offline kernels'. */
 #define XCUDA_SIGNAL_SYNC_MAX_NS 1000000000ull /* 1 s */
 typedef struct xcuda_signal_slot {
     uint64_t online_ns;   /* see above; 0 = idle */
@@ -238,7 +240,9 @@ typedef struct xcuda_signal_slot {
     uint32_t followers;   /* version 6: offline containers following this GPU (muxd) */
     uint64_t idle_ns;     /* version 7: CLOCK_MONOTONIC ns of the last clear (see below) */
     uint64_t sync_ns;     /* version 8: when a synchronisation began (see above); 0 = none */
-    uint64_t reserved[4]; /* one 64-byte line per GPU */
+    uint64_t busy_ns;     /* version 9: the online busy periods' total length (see below) */
+    uint64_t busy_spans;  /* version 9: and how many */
+    uint64_t reserved[2]; /* one 64-byte line per GPU */
 } xcuda_signal_slot;
 
 typedef struct xcuda_signal {

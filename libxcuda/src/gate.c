@@ -24,7 +24,6 @@ struct slot {
     int chained;      /* timed from the previous slot's end, not from start */
     CUcontext ctx;
     uint64_t launch_ns;
-    uint32_t width_bp; /* the launch's width (xc_width_note), 0 unknown */
 };
 
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -120,13 +119,13 @@ static void refill(uint32_t share)
     }
 }
 
-static void charge(uint64_t gpu_ns, uint32_t width_bp)
+static void charge(uint64_t gpu_ns)
 {
     __atomic_sub_fetch(&xc.use->bucket_tokens_ns, (int64_t)gpu_ns, __ATOMIC_ACQ_REL);
     XC_ADD(&xc.use->gpu_time_ns, gpu_ns);
     XC_ADD(&xc.use->measured_launches, 1);
-    if (width_bp >= XCUDA_WIDE_BP)
-        XC_ADD(&xc.use->wide_gpu_time_ns, gpu_ns);
+    uint64_t us = gpu_ns / 1000;
+    XC_ADD(&xc.use->gpu_time_sq_us2, us * us);
 }
 
 /* Completes the oldest slot; with block=0 only if it is done. Locked. */
@@ -152,7 +151,7 @@ static int reap_one(int block)
         uint64_t now = xc_now_mono_ns();
         gpu = now > s->launch_ns ? now - s->launch_ns : 0;
     }
-    charge(gpu, s->width_bp);
+    charge(gpu);
     uint64_t per = XC_LOAD(&per_launch_ns);
     XC_STORE(&per_launch_ns, per == 0 ? gpu : (3 * per + gpu) / 4);
     ring_head = (ring_head + 1) % RING_N;
@@ -336,7 +335,6 @@ CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t)
                      pthread_equal(prev->thread, self);
         s->stream = stream;
         s->thread = self;
-        s->width_bp = t->width_bp;
         if (!s->chained && xc_real.cuEventRecord(s->start, stream) != CUDA_SUCCESS) {
             pthread_mutex_unlock(&gate_mu);
             return CUDA_SUCCESS;

@@ -403,7 +403,7 @@ static CUresult gated(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstr
             r = real(g[i], s);
         return xc_note_sticky(r);
     }
-    struct xc_ticket t = {.width_bp = 0}; /* a graph's width is not known: narrow */
+    struct xc_ticket t;
     CUresult gr = xc_gate_slow(s, &t);
     if (gr != CUDA_SUCCESS)
         return gr;

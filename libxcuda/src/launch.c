@@ -6,8 +6,8 @@
 #include "xcuda.h"
 
 /* GATED(name, field, stream, width, (params...), (args...)) defines the exported
- * wrapper `name` over xc_real.field; width is an expression that notes the launch's
- * shape (width.c) and gives its width for the gate, on the slow path only. */
+ * wrapper `name` over xc_real.field; width is a statement that notes the launch's shape
+ * for online processes (width.c), on the slow path only. */
 #define GATED(name, field, stream, width, params, args)                       \
     __attribute__((noinline)) static CUresult slow_##name params              \
     {                                                                         \
@@ -16,14 +16,13 @@
             return CUDA_ERROR_NOT_INITIALIZED;                                \
         if ((xc_tls_launches & XC_FLUSH_MASK) == 0)                           \
             xc_flush_launches();                                              \
-        uint32_t w_ = 0;                                                      \
         if (!xc_tls_inside) {                                                 \
             xc_signal_launch();                                               \
-            w_ = (width);                                                     \
+            width;                                                            \
         }                                                                     \
         if ((xc_gate_open() && !xc_signal_bounds()) || xc_tls_inside)         \
             return xc_note_sticky(real_ args);                                \
-        struct xc_ticket t_ = {.width_bp = w_};                               \
+        struct xc_ticket t_;                                                  \
         CUresult g_ = xc_gate_slow((stream), &t_);                            \
         if (g_ != CUDA_SUCCESS)                                               \
             return g_;                                                        \
@@ -53,9 +52,9 @@
 
 #define GRID_WIDTH xc_width_note(gx, gy, gz, bx, by, bz)
 #define EX_WIDTH                                                              \
-    (config ? xc_width_note(config->gridDimX, config->gridDimY, config->gridDimZ,   \
-                            config->blockDimX, config->blockDimY, config->blockDimZ) \
-            : 0)
+    if (config)                                                               \
+    xc_width_note(config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, \
+                  config->blockDimY, config->blockDimZ)
 GATED(cuLaunchKernel, cuLaunchKernel, s, GRID_WIDTH, LAUNCH_PARAMS, LAUNCH_ARGS)
 GATED(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, s, GRID_WIDTH, LAUNCH_PARAMS, LAUNCH_ARGS)
 GATED(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, s, GRID_WIDTH, COOP_PARAMS, COOP_ARGS)

@@ -153,11 +153,17 @@ static int all_quiet(void)
     return 1;
 }
 
+/* When this process last set each slot from 0: the start of a busy period it may end
+ * (xc_signal_idle adds it to the slot's busy_ns); 0 = none. */
+static _Atomic uint64_t busy_from[XCUDA_SIGNAL_SLOTS];
+
 static void publish(void)
 {
     uint64_t now = xc_now_mono_ns();
     for (unsigned i = 0; i < xc_sig.n; i++) {
         uint64_t v = XC_LOAD(xc_sig.w[i]);
+        if (v == 0)
+            atomic_store_explicit(&busy_from[i], now, memory_order_relaxed);
         if (v == 0 || v > now || now - v >= XCUDA_SIGNAL_REFRESH_NS)
             XC_STORE(xc_sig.w[i], now);
     }
@@ -202,6 +208,11 @@ void xc_signal_idle(void)
              * when it came (linger). */
             if (now == 0)
                 now = xc_now_mono_ns();
+            uint64_t from = atomic_exchange_explicit(&busy_from[i], 0, memory_order_relaxed);
+            if (from != 0 && now > from) {
+                XC_ADD(&slot_at(i)->busy_ns, now - from);
+                XC_ADD(&slot_at(i)->busy_spans, 1);
+            }
             XC_STORE(&slot_at(i)->idle_ns, now);
             __atomic_store_n(xc_sig.w[i], 0, __ATOMIC_RELEASE);
             /* After the clear: a follower that sees the new sequence sees the 0. */

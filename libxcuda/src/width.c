@@ -10,9 +10,7 @@
  * shared-memory limits are not counted, so this is a lower bound), in basis points of
  * the device's SMs; and raises its container's online_width for the device with a CAS,
  * tagged with the current 8-second epoch so that a service whose kernels got narrower
- * is seen as narrower within two epochs. An offline process's launches that the gate
- * measures get their width the same way, so that the GPU time of its wide ones can be
- * told apart (usage wide_gpu_time_ns). Nothing here runs on the fast path. */
+ * is seen as narrower within two epochs. Nothing here runs on the fast path. */
 #include "xcuda.h"
 
 /* A device's shape, queried once (0 sms: not yet, or unavailable). */
@@ -68,33 +66,31 @@ static uint32_t width_bp(const struct shape *s, uint64_t blocks, uint64_t thread
     return (uint32_t)(need * XCUDA_SHARE_FULL / s->sms);
 }
 
-uint32_t xc_width_note(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz)
+void xc_width_note(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz)
 {
-    if (xc.use == NULL)
-        return 0;
+    if (!xc_sig.pub || xc.use == NULL)
+        return;
     uint64_t blocks = (uint64_t)gx * gy * gz, threads = (uint64_t)bx * by * bz;
     if (blocks == 0 || threads == 0 || threads > 4096)
-        return 0; /* the driver refuses it anyway */
+        return; /* the driver refuses it anyway */
     int dev = 0;
     if (xc_sig.n != 1) {
         /* Several GPUs: which one this launch goes to is the current context's. */
         CUdevice d = -1;
         CUresult (*f)(CUdevice *) = XC_REAL(cuCtxGetDevice);
         if (f == NULL || f(&d) != CUDA_SUCCESS || d < 0 || d >= XCUDA_MAX_DEVICES)
-            return 0;
+            return;
         dev = (int)d;
     }
     const struct shape *s = shape_of(dev);
     if (s == NULL)
-        return 0;
+        return;
     uint32_t bp = width_bp(s, blocks, threads);
-    if (!xc_sig.pub)
-        return bp; /* for the gate's measurement (wide_gpu_time_ns) */
     uint32_t epoch = (uint32_t)(xc_now_mono_ns() / XCUDA_WIDTH_EPOCH_NS) & XCUDA_WIDTH_BP_MASK;
     uint32_t tagged = epoch << XCUDA_WIDTH_EPOCH_SHIFT | bp;
     uint32_t m = atomic_load_explicit(&mine[dev], memory_order_relaxed);
     if (m >> XCUDA_WIDTH_EPOCH_SHIFT == epoch && (m & XCUDA_WIDTH_BP_MASK) >= bp)
-        return bp;
+        return;
     /* Raise the container's value: other processes of the container share it. */
     uint32_t *w = &xc.use->online_width[dev];
     uint32_t cur = XC_LOAD(w);
@@ -102,5 +98,4 @@ uint32_t xc_width_note(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsig
            !__atomic_compare_exchange_n(w, &cur, tagged, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     atomic_store_explicit(&mine[dev], tagged, memory_order_relaxed);
-    return bp;
 }

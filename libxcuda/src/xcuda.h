@@ -265,7 +265,6 @@ void xc_mem_atfork_child(void);
 struct xc_ticket {
     int tracked; /* 1: the launch is measured and must be completed */
     int slot;
-    uint32_t width_bp; /* set by the caller: the launch's width (xc_width_note), 0 unknown */
 };
 /* Slow path of the gate; called only when throttled, paused or stopping. */
 CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t);
@@ -409,9 +408,8 @@ extern _Atomic unsigned xc_graph_splits;
 void xc_graph_atfork_child(void);
 
 /* ---- width.c ---- */
-/* The width of a launch that took the slow path, in basis points of its device's SMs
- * (0: unknown); an online process also publishes it (see width.c). */
-uint32_t xc_width_note(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz);
+/* Online: notes the shape of a launch that took the slow path (see width.c). */
+void xc_width_note(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz);
 
 /* ---- signals.c ---- */
 void xc_signals_install(void);

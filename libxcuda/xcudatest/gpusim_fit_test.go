@@ -113,39 +113,75 @@ func TestGpusimFittedOfflineRunsUnbounded(t *testing.T) {
 	}
 }
 
-// TestGpusimWideGPUTime: a throttled offline process's measured launches (usage
-// measured_launches, layout v9) carry the GPU time of its kernels, and the part its
-// launches at least half the GPU wide took (wide_gpu_time_ns): all of it for a job of
-// GPU-filling kernels (two waves of 500 µs blocks), none for a job of narrow ones (one).
-// muxd compares that with the online kernels' length (profile.KernelRisk).
-func TestGpusimWideGPUTime(t *testing.T) {
+// TestGpusimMeasuredKernels: a throttled offline process's measured launches (usage
+// measured_launches and gpu_time_sq_us2, layout v9) give muxd both its GPU time per launch
+// and how long the launch in flight at a random moment runs: train's steps of half
+// GPU-filling kernels (two waves of 500 µs blocks: 1 ms) and half narrow ones (500 µs)
+// come to 750 µs a launch, and a request arriving at a random moment meets a kernel of
+// (1² + 0.5²) ÷ 1.5 = 0.83 ms. muxd compares that with the online requests
+// (profile.KernelRisk).
+func TestGpusimMeasuredKernels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("gpusim runs take seconds")
 	}
-	for _, tc := range []struct {
-		bigShare string
-		kernel   time.Duration // a kernel's time alone
-		wide     float64       // the share of the GPU time in wide launches
-	}{{"1", time.Millisecond, 1}, {"0", 500 * time.Microsecond, 0}} {
-		h := newHarness(t, ctlblock.Limits{ShareBP: 9000})
+	h := newHarness(t, ctlblock.Limits{ShareBP: 9000})
+	d := h.useGpusim(t)
+	out, err := h.gpusimCommand(d, "train", "--duration", "1.5", "--mem", "64M", "--kernel-us", "500",
+		"--big-share", "0.5").CombinedOutput()
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, out)
+	}
+	u := h.block.Usage()
+	if u.MeasuredLaunches < 100 {
+		t.Fatalf("%d launches measured in 1.5 s of 500 µs to 1 ms kernels at a 90%% share", u.MeasuredLaunches)
+	}
+	per := u.GPUTime / time.Duration(u.MeasuredLaunches)
+	met := time.Duration(float64(u.GPUTimeSqUS2) / float64(u.GPUTime/time.Microsecond) * float64(time.Microsecond))
+	t.Logf("%d launches measured, %v a launch, %v met at a random moment", u.MeasuredLaunches, per, met)
+	if per < 675*time.Microsecond || per > 900*time.Microsecond {
+		t.Errorf("%v of GPU time per measured launch, want about 750µs", per)
+	}
+	if met < 750*time.Microsecond || met > 1000*time.Microsecond || met <= per {
+		t.Errorf("the launch in flight at a random moment runs %v, want about 833µs (and more than %v a launch)", met, per)
+	}
+}
+
+// TestGpusimOnlineBusySpans: an online process whose GPU an offline container follows
+// adds each busy period it ends (from the launch that set the slot to the synchronisation
+// that clears it) to the slot's busy_ns and busy_spans (layout v9): infer's requests of
+// three 200 µs kernels come to one period each, of their length. Where nobody follows,
+// nothing is added (the clear costs what it did).
+func TestGpusimOnlineBusySpans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gpusim runs take seconds")
+	}
+	for _, followers := range []uint32{1, 0} {
+		page := signalPage(t)
+		page.SetFollowers([]uint32{followers})
+		l := ctlblock.Unlimited()
+		l.Signal = ctlblock.Signal{Role: ctlblock.SignalPublish, GPUs: 1}
+		h := newHarness(t, l)
 		d := h.useGpusim(t)
-		out, err := h.gpusimCommand(d, "train", "--duration", "1.5", "--mem", "64M", "--kernel-us", "500",
-			"--big-share", tc.bigShare).CombinedOutput()
+		h.extraEnv = append(h.extraEnv, ctlblock.EnvSignal+"="+page.Path())
+		out, err := h.gpusimCommand(d, "infer", "--rate", "constant:100", "--duration", "1", "--kernels", "3",
+			"--kernel-us", "200", "--grid", "528").CombinedOutput()
 		if err != nil {
-			t.Fatalf("train: %v\n%s", err, out)
+			t.Fatalf("infer: %v\n%s", err, out)
 		}
-		u := h.block.Usage()
-		if u.MeasuredLaunches < 100 {
-			t.Fatalf("big share %s: %d launches measured in 1.5 s of 500 µs kernels at a 90%% share", tc.bigShare, u.MeasuredLaunches)
+		ns, spans := page.Busy(0)
+		if followers == 0 {
+			if ns != 0 || spans != 0 {
+				t.Errorf("no follower: busy periods %d ns over %d, want none", ns, spans)
+			}
+			continue
 		}
-		per := u.GPUTime / time.Duration(u.MeasuredLaunches)
-		share := float64(u.WideGPUTime) / float64(u.GPUTime)
-		t.Logf("big share %s: %d launches measured, %v a launch, %.2f of it wide", tc.bigShare, u.MeasuredLaunches, per, share)
-		if per < tc.kernel*9/10 || per > tc.kernel*13/10 {
-			t.Errorf("big share %s: %v of GPU time per measured launch of %v kernels", tc.bigShare, per, tc.kernel)
+		if spans < 80 || spans > 110 {
+			t.Fatalf("%d busy periods for 100 requests", spans)
 		}
-		if math.Abs(share-tc.wide) > 0.01 {
-			t.Errorf("big share %s: %.2f of the GPU time in wide launches, want %v", tc.bigShare, share, tc.wide)
+		mean := time.Duration(ns / spans)
+		t.Logf("%d busy periods of %v", spans, mean)
+		if mean < 600*time.Microsecond || mean > 3*time.Millisecond {
+			t.Errorf("busy periods of %v for requests of three 200 µs kernels", mean)
 		}
 	}
 }

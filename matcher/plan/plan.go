@@ -483,14 +483,15 @@ type profileKey struct {
 	gpu, bw, mem, sm float64
 	smKnown, amp     bool
 	batch            int
-	kernel, width    float64 // the kernel rule's (weight)
+	kernel, request  float64 // the kernel rule's (weight)
+	width            float64
 }
 
 type pairKey struct{ job, online profileKey }
 
 func keyOf(p profile.Profile) profileKey {
 	k := profileKey{present: true, gpu: p.GPUUtil, bw: p.MemBWUtil, mem: p.MemoryMiB, amp: p.AMP, batch: p.BatchSize,
-		kernel: p.KernelUS, width: p.WidthPct}
+		kernel: p.KernelUS, request: p.RequestUS, width: p.WidthPct}
 	if p.SMActivity != nil {
 		k.sm, k.smKnown = *p.SMActivity, true
 	}
@@ -520,6 +521,7 @@ func (k profileKey) hash() uint64 {
 	add(math.Float64bits(k.sm))
 	add(uint64(k.batch))
 	add(math.Float64bits(k.kernel))
+	add(math.Float64bits(k.request))
 	add(math.Float64bits(k.width))
 	return h
 }

@@ -292,16 +292,16 @@ func TestWarmReplan(t *testing.T) {
 	}
 }
 
-// Issue 14: a job whose wide kernels are many times as long as a service's GPU-filling
-// ones is never paired with it (no offline share keeps the service's requests from
+// Issue 14: a job whose kernels are many times as long as the requests of a service whose
+// kernels fill the GPU is never paired with it (no offline share keeps the service's requests from
 // waiting for them), in either solver; it goes to a service whose kernels leave it room
 // or are long enough, or stays pending with the floors' reason. AllowKernelRisk pairs it.
 func TestPlanAvoidsKernelRisk(t *testing.T) {
-	filling := &profile.Profile{GPUUtil: 20, MemBWUtil: 10, MemoryMiB: 1000, KernelUS: 40, WidthPct: 100}
-	narrow := &profile.Profile{GPUUtil: 40, MemBWUtil: 10, MemoryMiB: 1000, KernelUS: 40, WidthPct: 30}
-	long := &profile.Profile{GPUUtil: 40, MemBWUtil: 10, MemoryMiB: 1000, KernelUS: 1500, WidthPct: 100}
+	filling := &profile.Profile{GPUUtil: 20, MemBWUtil: 10, MemoryMiB: 1000, RequestUS: 240, WidthPct: 100}
+	narrow := &profile.Profile{GPUUtil: 40, MemBWUtil: 10, MemoryMiB: 1000, RequestUS: 240, WidthPct: 30}
+	long := &profile.Profile{GPUUtil: 40, MemBWUtil: 10, MemoryMiB: 1000, RequestUS: 4000, WidthPct: 100}
 	longJob := Job{ID: "batch/long", Profile: profile.Profile{GPUUtil: 60, MemBWUtil: 20, MemoryMiB: 1000, KernelUS: 3000}}
-	shortJob := Job{ID: "batch/short", Profile: profile.Profile{GPUUtil: 60, MemBWUtil: 20, MemoryMiB: 1000, KernelUS: 80}}
+	shortJob := Job{ID: "batch/short", Profile: profile.Profile{GPUUtil: 60, MemBWUtil: 20, MemoryMiB: 1000, KernelUS: 200}}
 	node := func(gs ...profile.GPUReport) []profile.NodeReport {
 		return []profile.NodeReport{{Node: profile.NodeInfo{Name: "n1"}, GPUs: gs}}
 	}
@@ -315,7 +315,7 @@ func TestPlanAvoidsKernelRisk(t *testing.T) {
 			{"the long job goes beside the narrow service, the short one beside the filling one",
 				node(gpu("g-fill", "A100", 50000, filling), gpu("g-narrow", "A100", 50000, narrow)), false,
 				map[string]string{"batch/long": "g-narrow", "batch/short": "g-fill"}},
-			{"beside a service of long GPU-filling kernels the long job is no risk",
+			{"beside a service of long requests the long job is no risk",
 				node(gpu("g-fill", "A100", 50000, filling), gpu("g-long", "A100", 50000, long)), false,
 				map[string]string{"batch/long": "g-long", "batch/short": "g-fill"}},
 			{"only filling services: the long job waits",

@@ -10,11 +10,10 @@ func TestKernelRisk(t *testing.T) {
 		offline, online time.Duration
 		risky           bool
 	}{
-		{3 * time.Millisecond, 40 * time.Microsecond, true},     // 75×: the random sweep's worst draw
+		{3 * time.Millisecond, 240 * time.Microsecond, true},    // 12.5×: the random sweep's worst draw
 		{500 * time.Microsecond, 100 * time.Microsecond, true},  // 5×
-		{250 * time.Microsecond, 53 * time.Microsecond, false},  // 4.7×: rand-1-005 as measured, which held
-		{time.Millisecond, 1500 * time.Microsecond, false},      // shorter than the online kernels (h100-fill-long)
-		{400 * time.Microsecond, 300 * time.Microsecond, false}, // 1.33×: held on every draw
+		{time.Millisecond, 4500 * time.Microsecond, false},      // shorter than a request (h100-fill-long)
+		{3 * time.Millisecond, 14400 * time.Microsecond, false}, // a fifth of a request (rand-1-006)
 		{90 * time.Microsecond, 10 * time.Microsecond, false},   // 9×, but shorter than RiskMinKernel
 		{time.Millisecond, 0, false},                            // online length not learned yet
 		{0, 10 * time.Microsecond, false},                       // offline not measured
@@ -32,17 +31,17 @@ func TestDelaysOnline(t *testing.T) {
 		online Profile
 		want   bool
 	}{
-		{Profile{KernelUS: 40, WidthPct: 100}, true},
-		{Profile{KernelUS: 40, WidthPct: 60}, false},    // muxd fits the job beside narrower kernels
-		{Profile{KernelUS: 2000, WidthPct: 100}, false}, // kernels nearly as long
-		{Profile{WidthPct: 100}, false},                 // the service's length unknown
-		{Profile{KernelUS: 40}, false},                  // its width unknown
+		{Profile{RequestUS: 240, WidthPct: 100}, true},
+		{Profile{RequestUS: 240, WidthPct: 60}, false},   // muxd fits the job beside narrower kernels
+		{Profile{RequestUS: 2000, WidthPct: 100}, false}, // requests nearly as long
+		{Profile{KernelUS: 40, WidthPct: 100}, false},    // the service's requests unknown
+		{Profile{RequestUS: 240}, false},                 // its width unknown
 	} {
 		if got := job.DelaysOnline(tc.online); got != tc.want {
-			t.Errorf("3 ms job beside %+v: %v, want %v", tc.online, got, tc.want)
+			t.Errorf("job of 3 ms kernels beside %+v: %v, want %v", tc.online, got, tc.want)
 		}
 	}
-	if (Profile{}).DelaysOnline(Profile{KernelUS: 40, WidthPct: 100}) {
+	if (Profile{}).DelaysOnline(Profile{RequestUS: 240, WidthPct: 100}) {
 		t.Error("a job of unknown kernels is a risk")
 	}
 }

@@ -46,10 +46,15 @@ type Profile struct {
 	Speed float64 `json:"speed,omitempty"`
 	// GPUType is the GPU model the profile was measured on; empty when unknown.
 	GPUType string `json:"gpu_type,omitempty"`
-	// KernelUS is GPU time per launch in microseconds as muxd measured it: for an online
-	// workload, of all its launches; for an offline one, of its launches at least half
-	// the GPU wide (the kernels an online kernel may have to wait for). 0: unknown.
+	// KernelUS is, for an offline workload, how long (µs) its kernel in flight at a
+	// random moment runs, as muxd measured it beside online work (its launches' GPU time
+	// squared over their GPU time): what an online request arriving then waits for.
+	// 0: unknown.
 	KernelUS float64 `json:"kernel_us,omitempty"`
+	// RequestUS is, for an online workload, the mean length (µs) of its busy periods on
+	// the GPU, from the launch that starts one to the synchronisation that ends it: a
+	// request, for a service that synchronises once a request. 0: unknown.
+	RequestUS float64 `json:"request_us,omitempty"`
 	// WidthPct is an online workload's widest kernel lately, in percent of the SMs its
 	// blocks need at once. 0: unknown.
 	WidthPct float64 `json:"width_pct,omitempty"`
@@ -77,8 +82,10 @@ func (p Profile) Validate() error {
 	if !finite(p.Speed) || p.Speed < 0 {
 		return fmt.Errorf("%w: speed %v must be a non-negative number", ErrInvalid, p.Speed)
 	}
-	if !finite(p.KernelUS) || p.KernelUS < 0 || p.KernelUS > MaxKernel.Seconds()*1e6 {
-		return fmt.Errorf("%w: kernel_us %v must be between 0 and %.0f", ErrInvalid, p.KernelUS, MaxKernel.Seconds()*1e6)
+	for name, v := range map[string]float64{"kernel_us": p.KernelUS, "request_us": p.RequestUS} {
+		if !finite(v) || v < 0 || v > MaxKernel.Seconds()*1e6 {
+			return fmt.Errorf("%w: %s %v must be between 0 and %.0f", ErrInvalid, name, v, MaxKernel.Seconds()*1e6)
+		}
 	}
 	if err := percent("width_pct", p.WidthPct); err != nil {
 		return err

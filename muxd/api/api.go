@@ -433,32 +433,31 @@ func truncate(s string) string {
 }
 
 // KernelRisk is an offline container whose kernels are so much longer than its online
-// neighbour's that every online request meeting one waits for it, whatever the offline
+// neighbour's requests that every request meeting one waits for it, whatever the offline
 // share: its blocks may hold SMs the online kernels need (no hold removes a running
 // block), or, where they leave the online kernels their SMs, the two classes together
 // overfill the memory bus (MemoryBus). Confining its SMs (muxflow.io/sm-percent) or
 // pairing it with another service is what helps.
 type KernelRisk struct {
 	ID string `json:"id"`
-	// OfflineKernel is its GPU time per launch as libxcuda measured it (beside the online
-	// work, so longer than alone), OfflineWide the part of it in launches at least half
-	// the SMs wide; OnlineKernel the online containers' GPU time per launch (NVML's
-	// utilisation over their launch rate); Ratio OfflineWide (OfflineKernel where the risk
-	// is the memory bus) over OnlineKernel.
-	OfflineKernel time.Duration `json:"offline_kernel_ns"`
-	OfflineWide   time.Duration `json:"offline_wide_ns"`
-	OnlineKernel  time.Duration `json:"online_kernel_ns"`
-	Ratio         float64       `json:"ratio"`
-	MemoryBus     bool          `json:"memory_bus,omitempty"`
+	// OfflineKernel is how long its kernel in flight at a random moment runs (its measured
+	// launches' GPU time squared over their GPU time: what a request arriving then meets,
+	// measured beside the online work, so longer than alone); OfflinePerLaunch its GPU
+	// time per launch. OnlineRequest is the online busy periods' mean length (launch to
+	// synchronisation: a request). Ratio is OfflineKernel ÷ OnlineRequest.
+	OfflineKernel    time.Duration `json:"offline_kernel_ns"`
+	OfflinePerLaunch time.Duration `json:"offline_per_launch_ns"`
+	OnlineRequest    time.Duration `json:"online_request_ns"`
+	Ratio            float64       `json:"ratio"`
+	MemoryBus        bool          `json:"memory_bus,omitempty"`
 }
 
 // String is the risk in one sentence, with what to do about it.
 func (r KernelRisk) String() string {
-	what := fmt.Sprintf("%v a launch in kernels at least half the GPU wide (of %v), %.0f× the online kernels (%v): its blocks may hold SMs they need",
-		r.OfflineWide.Round(time.Microsecond), r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineKernel.Round(time.Microsecond))
+	why := "its blocks may hold SMs the online kernels need"
 	if r.MemoryBus {
-		what = fmt.Sprintf("%v a launch, %.0f× the online kernels (%v), and the two together ask for more memory bandwidth than the GPU has",
-			r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineKernel.Round(time.Microsecond))
+		why = "the two together ask for more memory bandwidth than the GPU has"
 	}
-	return what + ": every online request that meets one waits for it, whatever the offline share; confine it (muxflow.io/sm-percent) or pair it with another service"
+	return fmt.Sprintf("a request that meets one of its kernels waits for up to %v, %.0f× an online request (%v), and %s: whatever the offline share; confine it (muxflow.io/sm-percent) or pair it with another service",
+		r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineRequest.Round(time.Microsecond), why)
 }

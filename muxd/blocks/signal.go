@@ -168,6 +168,16 @@ func (m *Manager) countFollowers() {
 	}
 }
 
+// OnlineBusy returns the online busy periods published in the signal page for the GPU of
+// NVML index i: their total length and how many (ctlblock.SignalPage.Busy); 0 without a
+// page. Untrusted.
+func (m *Manager) OnlineBusy(i int) (ns, spans uint64) {
+	if page := m.signalPage(); page != nil {
+		return page.Busy(i)
+	}
+	return 0, 0
+}
+
 // signalPage is the node's signal page, mapped on first use if EnsureSignalPage made it
 // (muxd without online-aware gating has none, and none is created here); nil without one.
 func (m *Manager) signalPage() *ctlblock.SignalPage {

@@ -83,7 +83,7 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 		g.noteChange(st, v, d, now)
 		out = append(out, d)
 		fits = append(fits, g.fitMPS(v, st, d, r.widths[uuid], ds[i].bus, now))
-		g.kernelRisks(v, st, &fits[len(fits)-1], a.LaunchCost())
+		g.kernelRisks(v, st, &fits[len(fits)-1])
 	}
 	g.loop.decisions, g.loop.fits = out, fits
 	return out

@@ -148,6 +148,10 @@ type gpuState struct {
 	// online ones (kernelRisks); risky the ids among them an event was recorded for.
 	risks []api.KernelRisk
 	risky map[string]bool
+	// span is the online busy periods' mean length (the signal page's), busy its
+	// counters at the last read.
+	span alloc.BusySpan
+	busy busy
 }
 
 // mpsFit is one GPU's offline MPS active-thread budget for a period.

@@ -13,99 +13,134 @@ import (
 	"github.com/muxflow/muxflow/muxd/workloadprofile"
 )
 
+// busyBlocks adds the signal page's online busy periods to the fixture's blocks.
+type busyBlocks struct {
+	fakeBlocks
+	ns, spans uint64 // GPU 0's
+}
+
+func (b *busyBlocks) OnlineBusy(i int) (uint64, uint64) {
+	if i != 0 {
+		return 0, 0
+	}
+	return b.ns, b.spans
+}
+
+// kernelFixture runs 4 s of 100 ms periods of an online service ("svc", kernels width
+// basis points wide, requests of request each, ten a period, published as busy periods
+// unless request is 0) beside an offline job ("train", created at started percent of the
+// SMs, ten measured launches of kernel a period).
+func kernelFixture(t *testing.T, width, started uint32, request, kernel time.Duration) *fixture {
+	t.Helper()
+	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	f.startedAt(t, "train", started)
+	bb := &busyBlocks{fakeBlocks: f.blk}
+	f.g.Blocks = bb
+	f.g.Profiler = workloadprofile.New()
+	now := time.Now()
+	for i := range 40 {
+		f.mon.set(0, monitor.Healthy, 20)
+		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) {
+			r.Launches += 200
+			r.OnlineWidth[0] = widthBP(width)
+		})
+		if request > 0 {
+			bb.ns, bb.spans = bb.ns+10*uint64(request), bb.spans+10
+		}
+		f.launchKernels(t, "train", 10, kernel)
+		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	return f
+}
+
+// launchKernels adds n measured launches of length k to a container's usage block.
+func (f *fixture) launchKernels(t *testing.T, id string, n uint64, k time.Duration) {
+	t.Helper()
+	f.writeUsage(t, id, func(r *ctlblock.RawUsage) {
+		us := uint64(k / time.Microsecond)
+		r.Launches += n
+		r.MeasuredLaunch += n
+		r.GPUTimeNS += n * uint64(k)
+		r.GPUTimeSqUS2 += n * us * us
+	})
+}
+
 // Issue 14, the random scenarios: an offline job whose kernels are many times as long as
-// the online ones, with blocks that may hold the SMs those need, delays online requests
-// whatever its share. The guard measures both lengths (the job's from libxcuda's measured
-// launches, the service's from NVML's utilisation over its launch rate), reports the job
-// in the GPU's status and records one event when it starts, and one log line when it ends.
+// the online requests, with blocks that may hold the SMs the online kernels need, delays
+// the requests whatever its share. The guard measures both (the job's from libxcuda's
+// measured launches, the requests from the busy periods the online side publishes),
+// names the job in the GPU's status, records one event when it starts, and gives the
+// lengths to the profiles the matcher reads.
 func TestKernelRisks(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		width     uint32        // the online kernels' width, basis points (0: none seen)
-		started   uint32        // the MPS percentage the job's processes hold
-		offKernel time.Duration // the job's measured GPU time per launch
-		wide      float64       // the share of it in wide launches
-		risky     bool
+		name            string
+		width, started  uint32
+		request, kernel time.Duration
+		risky           bool
 	}{
-		{"GPU-filling online kernels beside 3 ms offline kernels", 10000, 100, 3 * time.Millisecond, 1, true},
-		{"beside 3 ms offline kernels, a third of their time wide", 10000, 100, 3 * time.Millisecond, 0.33, true},
-		{"beside 3 ms offline kernels that are all narrow", 10000, 100, 3 * time.Millisecond, 0, false},
-		{"beside offline kernels twice as long as the online ones", 10000, 100, 200 * time.Microsecond, 1, false},
-		{"a job confined to the SMs the online kernels leave", 6000, 40, 3 * time.Millisecond, 1, false},
-		{"a job whose percentage is above the room they leave", 6000, 70, 3 * time.Millisecond, 1, true},
-		{"no online width seen: nothing is said", 0, 100, 3 * time.Millisecond, 1, false},
+		{"GPU-filling online kernels beside 3 ms offline kernels", 10000, 100, 100 * time.Microsecond, 3 * time.Millisecond, true},
+		{"beside offline kernels twice as long as a request", 10000, 100, 100 * time.Microsecond, 200 * time.Microsecond, false},
+		{"beside requests longer than the offline kernels", 10000, 100, 10 * time.Millisecond, 3 * time.Millisecond, false},
+		{"a job confined to the SMs the online kernels leave", 6000, 40, 100 * time.Microsecond, 3 * time.Millisecond, false},
+		{"a job whose percentage is above the room they leave", 6000, 70, 100 * time.Microsecond, 3 * time.Millisecond, true},
+		{"no online width seen: nothing is said", 0, 100, 100 * time.Microsecond, 3 * time.Millisecond, false},
+		{"no busy periods published (an older libxcuda): nothing is said", 10000, 100, 0, 3 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
-			f.startedAt(t, "train", tc.started)
-			f.g.Profiler = workloadprofile.New()
-			now := time.Now()
-			// 4 s of 100 ms periods: the service runs 20% of the time in 2,000 launches a
-			// second (100 µs a launch), the job launches 10 measured kernels a second.
-			for i := range 40 {
-				f.mon.set(0, monitor.Healthy, 20)
-				f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) {
-					r.Launches += 200
-					r.OnlineWidth[0] = widthBP(tc.width)
-				})
-				f.writeUsage(t, "train", func(r *ctlblock.RawUsage) {
-					r.Launches++
-					r.MeasuredLaunch++
-					r.GPUTimeNS += uint64(tc.offKernel)
-					r.WideGPUTimeNS += uint64(tc.wide * float64(tc.offKernel))
-				})
-				f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
-			}
+			f := kernelFixture(t, tc.width, tc.started, tc.request, tc.kernel)
 			st := f.status(t, "GPU-a")
+			job, _, _ := f.g.Profiler.Profile("train")
+			svc, _, _ := f.g.Profiler.Profile("svc")
+			if tc.request > 0 && (math.Abs(job.KernelUS-float64(tc.kernel.Microseconds())) > 1 ||
+				math.Abs(svc.RequestUS-float64(tc.request.Microseconds())) > 1 || svc.WidthPct != float64(tc.width)/100) {
+				t.Errorf("profiles: job %v µs, service %v µs %v%% wide", job.KernelUS, svc.RequestUS, svc.WidthPct)
+			}
 			if !tc.risky {
 				if len(st.KernelRisks) != 0 || len(f.mon.events) != 0 {
 					t.Fatalf("risks %+v, events %q; want none", st.KernelRisks, f.mon.events)
 				}
 				return
 			}
+			// The matcher reads the same rule from the profiles muxd reports.
+			if !job.DelaysOnline(svc) && tc.width >= 9000 {
+				t.Error("the profiles do not say the job delays the service")
+			}
 			if len(st.KernelRisks) != 1 {
 				t.Fatalf("risks %+v, want train's", st.KernelRisks)
 			}
-			// The lengths reach the profiles the node reports to the matcher, which
-			// then refuses the pair (profile.Profile.DelaysOnline) where the service's
-			// kernels fill the GPU.
-			job, _, _ := f.g.Profiler.Profile("train")
-			svc, _, _ := f.g.Profiler.Profile("svc")
-			if math.Abs(job.KernelUS-tc.wide*float64(tc.offKernel.Microseconds())) > 1 || math.Abs(svc.KernelUS-100) > 10 || svc.WidthPct != float64(tc.width)/100 {
-				t.Errorf("profiles: job %v µs, service %v µs %v%% wide", job.KernelUS, svc.KernelUS, svc.WidthPct)
-			}
-			if job.DelaysOnline(svc) != (tc.width >= 9000) {
-				t.Errorf("the profiles say the job delays the service: %v", job.DelaysOnline(svc))
-			}
 			r := st.KernelRisks[0]
-			if r.ID != "train" || r.OfflineKernel != tc.offKernel || math.Abs(float64(r.OnlineKernel-100*time.Microsecond)) > float64(10*time.Microsecond) {
-				t.Errorf("risk %+v, want train at %v beside about 100µs", r, tc.offKernel)
+			if r.ID != "train" || r.OfflineKernel != tc.kernel || r.OfflinePerLaunch != tc.kernel || r.OnlineRequest != tc.request {
+				t.Errorf("risk %+v, want train at %v beside %v requests", r, tc.kernel, tc.request)
 			}
-			if len(f.mon.events) != 1 || !strings.Contains(f.mon.events[0], "GPU-a train: ") || !strings.Contains(f.mon.events[0], "a launch in kernels at least half the GPU wide (of 3ms)") ||
+			if len(f.mon.events) != 1 || !strings.Contains(f.mon.events[0], "GPU-a train: a request that meets one of its kernels waits for up to 3ms, 30× an online request (100µs)") ||
 				!strings.Contains(f.mon.events[0], "muxflow.io/sm-percent") {
 				t.Errorf("events %q, want one saying what to do", f.mon.events)
 			}
-			// The job's kernels get short: the risk ends, without another event.
-			for i := range 80 {
+			// The job's kernels get short: the risk ends, without another event, once the
+			// short ones hold most of the GPU time the job's recent seconds had (the long
+			// ones' weigh by their length).
+			now := time.Now().Add(4 * time.Second)
+			bb := f.g.Blocks.(*busyBlocks)
+			for i := range 300 {
 				f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.Launches += 200 })
-				f.writeUsage(t, "train", func(r *ctlblock.RawUsage) {
-					r.Launches += 10
-					r.MeasuredLaunch += 10
-					r.GPUTimeNS += uint64(10 * 50 * time.Microsecond)
-				})
-				f.g.Step(context.Background(), now.Add(4*time.Second+time.Duration(i)*100*time.Millisecond))
+				bb.ns, bb.spans = bb.ns+10*uint64(tc.request), bb.spans+10
+				f.launchKernels(t, "train", 10, 50*time.Microsecond)
+				f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
 			}
 			if st := f.status(t, "GPU-a"); len(st.KernelRisks) != 0 || len(f.mon.events) != 1 {
-				t.Errorf("after 8 s of 50 µs kernels: risks %+v, events %q", st.KernelRisks, f.mon.events)
+				t.Errorf("after 30 s of 50 µs kernels: risks %+v, events %q", st.KernelRisks, f.mon.events)
 			}
 		})
 	}
 }
 
-// A job's usage block is its own word: counters that go back or leap start a new
-// baseline or are clamped; nothing it writes crashes the guard or reports its neighbour.
+// A container's usage block and the online containers' signal slot are their own word:
+// counters that go back or leap start a new baseline or are clamped; nothing written
+// there crashes the guard or names a neighbour.
 func TestKernelRisksFromHostileCounters(t *testing.T) {
 	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"), running("other", api.Offline, 201, "0"))
+	bb := &busyBlocks{fakeBlocks: f.blk}
+	f.g.Blocks = bb
 	now := time.Now()
 	for i := range 40 {
 		f.mon.set(0, monitor.Healthy, 20)
@@ -113,33 +148,36 @@ func TestKernelRisksFromHostileCounters(t *testing.T) {
 			r.Launches += 200
 			r.OnlineWidth[0] = widthBP(10000)
 		})
+		switch i % 3 {
+		case 0:
+			bb.ns, bb.spans = math.MaxUint64, math.MaxUint64
+		case 1:
+			bb.ns, bb.spans = 0, 0
+		default:
+			bb.ns, bb.spans = bb.ns+1, bb.spans+1<<62
+		}
 		f.writeUsage(t, "train", func(r *ctlblock.RawUsage) {
 			r.Launches++
 			switch i % 3 {
 			case 0:
-				r.MeasuredLaunch, r.GPUTimeNS, r.WideGPUTimeNS = math.MaxUint64, math.MaxUint64, math.MaxUint64
+				r.MeasuredLaunch, r.GPUTimeNS, r.GPUTimeSqUS2 = math.MaxUint64, math.MaxUint64, math.MaxUint64
 			case 1:
-				r.MeasuredLaunch, r.GPUTimeNS, r.WideGPUTimeNS = 0, 0, math.MaxUint64
+				r.MeasuredLaunch, r.GPUTimeNS, r.GPUTimeSqUS2 = 0, 0, 0
 			default:
 				r.MeasuredLaunch += 1 << 62
 				r.GPUTimeNS = math.MaxUint64 - uint64(i)
-				r.WideGPUTimeNS = uint64(i)
+				r.GPUTimeSqUS2 = math.MaxUint64
 			}
 		})
-		f.writeUsage(t, "other", func(r *ctlblock.RawUsage) {
-			r.Launches += 10
-			r.MeasuredLaunch += 10
-			r.GPUTimeNS += uint64(10 * 50 * time.Microsecond)
-			r.WideGPUTimeNS += uint64(10 * 50 * time.Microsecond)
-		})
+		f.launchKernels(t, "other", 10, 50*time.Microsecond)
 		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
 	}
 	for _, r := range f.status(t, "GPU-a").KernelRisks {
 		if r.ID != "train" {
-			t.Errorf("a neighbour's hostile counters reported %+v", r)
+			t.Errorf("a neighbour's hostile counters named %+v", r)
 		}
-		if r.OfflineKernel < 0 || r.OfflineKernel > 10*time.Second || r.OfflineWide < 0 || r.OfflineWide > r.OfflineKernel {
-			t.Errorf("hostile counters gave a kernel of %v", r.OfflineKernel)
+		if r.OfflineKernel < 0 || r.OfflineKernel > 10*time.Second || r.OnlineRequest < 0 || r.OnlineRequest > 10*time.Second {
+			t.Errorf("hostile counters gave %+v", r)
 		}
 	}
 }

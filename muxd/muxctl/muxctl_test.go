@@ -251,17 +251,17 @@ func TestStatusShowsKernelRisks(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	st := Status{Node: api.NodeInfo{Hostname: "n1", Started: now.Add(-time.Hour)}, GPUs: []api.GPU{
 		{Index: 0, UUID: "GPU-a", Health: "healthy", KernelRisks: []api.KernelRisk{
-			{ID: "train", OfflineKernel: 3 * time.Millisecond, OfflineWide: 3 * time.Millisecond, OnlineKernel: 40 * time.Microsecond, Ratio: 75}}},
+			{ID: "train", OfflineKernel: 3 * time.Millisecond, OfflinePerLaunch: time.Millisecond, OnlineRequest: 240 * time.Microsecond, Ratio: 12.5}}},
 		{Index: 1, UUID: "GPU-b", Health: "healthy", KernelRisks: []api.KernelRisk{
-			{ID: "etl", OfflineKernel: 1500 * time.Microsecond, OnlineKernel: 400 * time.Microsecond, Ratio: 3.75, MemoryBus: true}}},
+			{ID: "etl", OfflineKernel: 4 * time.Millisecond, OfflinePerLaunch: 4 * time.Millisecond, OnlineRequest: 800 * time.Microsecond, Ratio: 5, MemoryBus: true}}},
 	}}
 	var out bytes.Buffer
 	if err := writeStatus(&out, st, now); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"GPU 0 online at risk: offline train: 3ms a launch in kernels at least half the GPU wide (of 3ms), 75× the online kernels (40µs): its blocks may hold SMs they need: every online request",
-		"GPU 1 online at risk: offline etl: 1.5ms a launch, 4× the online kernels (400µs), and the two together ask for more memory bandwidth than the GPU has: every",
+		"GPU 0 online at risk: offline train: a request that meets one of its kernels waits for up to 3ms, 12× an online request (240µs), and its blocks may hold SMs the online kernels need",
+		"GPU 1 online at risk: offline etl: a request that meets one of its kernels waits for up to 4ms, 5× an online request (800µs), and the two together ask for more memory bandwidth than the GPU has",
 		"muxflow.io/sm-percent",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -269,7 +269,7 @@ func TestStatusShowsKernelRisks(t *testing.T) {
 		}
 	}
 	data, _ := json.Marshal(st)
-	if want := `"kernel_risks":[{"id":"train","offline_kernel_ns":3000000,"offline_wide_ns":3000000,"online_kernel_ns":40000,"ratio":75}]`; !strings.Contains(string(data), want) {
+	if want := `"kernel_risks":[{"id":"train","offline_kernel_ns":3000000,"offline_per_launch_ns":1000000,"online_request_ns":240000,"ratio":12.5}]`; !strings.Contains(string(data), want) {
 		t.Errorf("JSON lacks %s: %s", want, data)
 	}
 }

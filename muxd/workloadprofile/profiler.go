@@ -27,10 +27,10 @@ type Observation struct {
 	MemoryBytes uint64
 	// Speed is its kernel launches per second (0 when unknown).
 	Speed float64
-	// KernelUS and WidthPct are profile.Profile's (0 when unknown): GPU time per launch
-	// (an offline container's in its wide launches) and an online container's widest
-	// kernel.
-	KernelUS, WidthPct float64
+	// KernelUS, RequestUS and WidthPct are profile.Profile's (0 when unknown): an offline
+	// container's kernel in flight at a random moment, an online one's busy periods and
+	// widest kernel.
+	KernelUS, RequestUS, WidthPct float64
 }
 
 // GPUObservation is one period's measurement of a GPU's containers.
@@ -52,7 +52,7 @@ const (
 type stats struct {
 	n                          int
 	util, membw, memory, speed float64
-	kernel, width              float64 // learned from the observations that know them
+	kernel, request, width     float64 // learned from the observations that know them
 }
 
 func (s *stats) add(o Observation) {
@@ -65,6 +65,7 @@ func (s *stats) add(o Observation) {
 		s.speed += alpha * (o.Speed - s.speed)
 	}
 	s.kernel = known(s.kernel, o.KernelUS)
+	s.request = known(s.request, o.RequestUS)
 	s.width = known(s.width, o.WidthPct)
 	s.n++
 }
@@ -82,7 +83,7 @@ func known(avg, v float64) float64 {
 
 func (s *stats) profile(name string) profile.Profile {
 	return profile.Profile{Name: name, GPUUtil: clampPct(s.util), MemBWUtil: clampPct(s.membw), MemoryMiB: s.memory / (1 << 20), Speed: s.speed,
-		KernelUS: min(s.kernel, profile.MaxKernel.Seconds()*1e6), WidthPct: clampPct(s.width)}
+		KernelUS: min(s.kernel, profile.MaxKernel.Seconds()*1e6), RequestUS: min(s.request, profile.MaxKernel.Seconds()*1e6), WidthPct: clampPct(s.width)}
 }
 
 type pairKey struct{ gpu, online, offline string }
@@ -234,7 +235,7 @@ func (p *Profiler) Profile(id string) (pr profile.Profile, solo, ok bool) {
 		pr = s.profile(id)
 		if c := p.current[id]; c != nil {
 			cp := c.profile(id)
-			pr.KernelUS, pr.WidthPct = cmp.Or(pr.KernelUS, cp.KernelUS), cmp.Or(pr.WidthPct, cp.WidthPct)
+			pr.KernelUS, pr.RequestUS, pr.WidthPct = cmp.Or(pr.KernelUS, cp.KernelUS), cmp.Or(pr.RequestUS, cp.RequestUS), cmp.Or(pr.WidthPct, cp.WidthPct)
 		}
 		return pr, true, true
 	}

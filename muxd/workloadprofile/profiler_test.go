@@ -106,9 +106,9 @@ func TestNoRecordWithoutSoloBaselines(t *testing.T) {
 	}
 }
 
-// Kernel lengths are measured in company only: a job's solo profile takes its wide
-// kernels' GPU time per launch from when it shared, and readings that do not know them
-// (0) leave them as they were.
+// Kernel lengths are measured in company only: a job's solo profile takes its kernels'
+// length from when it shared, and readings that do not know them (0) leave them as they
+// were.
 func TestKernelLengthsReachTheProfile(t *testing.T) {
 	p := New()
 	now := time.Now()
@@ -116,7 +116,7 @@ func TestKernelLengthsReachTheProfile(t *testing.T) {
 		now = now.Add(100 * time.Millisecond)
 		p.Observe(now, []GPUObservation{{UUID: "g", Type: "T4", Containers: cs}})
 	}
-	on := Observation{ID: "svc", Online: true, GPUUtil: 20, Speed: 5000, KernelUS: 40, WidthPct: 100}
+	on := Observation{ID: "svc", Online: true, GPUUtil: 20, Speed: 5000, RequestUS: 240, WidthPct: 100}
 	off := Observation{ID: "job", GPUUtil: 60, Speed: 300}
 	for range 40 {
 		step(off) // alone: nothing measured
@@ -133,8 +133,8 @@ func TestKernelLengthsReachTheProfile(t *testing.T) {
 	if !ok || !solo || math.Abs(pr.KernelUS-3000) > 1 || pr.WidthPct != 0 {
 		t.Errorf("job: %+v solo=%v ok=%v; want its solo profile with 3000 µs kernels", pr, solo, ok)
 	}
-	if pr, _, _ := p.Profile("svc"); math.Abs(pr.KernelUS-40) > 0.1 || math.Abs(pr.WidthPct-100) > 0.1 {
-		t.Errorf("svc: %+v; want 40 µs kernels 100%% wide", pr)
+	if pr, _, _ := p.Profile("svc"); math.Abs(pr.RequestUS-240) > 0.1 || math.Abs(pr.WidthPct-100) > 0.1 {
+		t.Errorf("svc: %+v; want 240 µs requests of kernels 100%% wide", pr)
 	}
 	if !pr.DelaysOnline(profileOf(t, p, "svc")) {
 		t.Error("the job's profile does not say it delays the service")

@@ -591,7 +591,7 @@ hold_max = "90%"
 // their latest report.
 func TestKernelRisksInTable(t *testing.T) {
 	risk := func(ms float64) api.KernelRisk {
-		return api.KernelRisk{ID: "j0", OfflineKernel: time.Duration(ms * 1e6), OfflineWide: time.Duration(ms * 1e6), OnlineKernel: 40 * time.Microsecond, Ratio: ms * 25}
+		return api.KernelRisk{ID: "j0", OfflineKernel: time.Duration(ms * 1e6), OfflinePerLaunch: time.Duration(ms * 1e6), OnlineRequest: 240 * time.Microsecond, Ratio: ms / 0.24}
 	}
 	s, _ := ParseScenario([]byte(minimal))
 	r := &Report{Scenario: s}
@@ -604,7 +604,7 @@ func TestKernelRisksInTable(t *testing.T) {
 	r.aggregate()
 	var out strings.Builder
 	r.WriteTable(&out)
-	if n := strings.Count(out.String(), "at risk: offline j0"); n != 1 || !strings.Contains(out.String(), "muxflow: muxd said the online requests are at risk: offline j0: 3ms a launch") {
+	if n := strings.Count(out.String(), "at risk: offline j0"); n != 1 || !strings.Contains(out.String(), "muxflow: muxd said the online requests are at risk: offline j0: a request that meets one of its kernels waits for up to 3ms") {
 		t.Errorf("%d risk lines, want one with the latest report:\n%s", n, out.String())
 	}
 }
