@@ -239,7 +239,7 @@ type GPU struct {
 	OnlineMemBW        float64 `json:"online_mem_bw,omitempty"`
 	OfflineMemBW       float64 `json:"offline_mem_bw,omitempty"`
 	// KernelRisks are the offline containers whose kernels are too long beside the
-	// online ones for any offline share to protect the online requests.
+	// online requests for any offline share to protect them.
 	KernelRisks []KernelRisk `json:"kernel_risks,omitempty"`
 	// DemandSource says where the online utilisation behind the estimate came from, and
 	// why a conservative fallback was used when the online processes could not be found.

@@ -145,7 +145,7 @@ type gpuState struct {
 	// powerCapped is when the GPU last ran at its power cap with online work on it.
 	powerCapped time.Time
 	// risks are this period's offline containers whose kernels are too long beside the
-	// online ones (kernelRisks); risky the ids among them an event was recorded for.
+	// online requests (kernelRisks); risky the ids among them an event was recorded for.
 	risks []api.KernelRisk
 	risky map[string]bool
 	// span is the online busy periods' mean length (the signal page's), busy its
@@ -242,7 +242,7 @@ type Status struct {
 	OnlineMemBW  float64 `json:"online_mem_bw,omitempty"`
 	OfflineMemBW float64 `json:"offline_mem_bw,omitempty"`
 	// KernelRisks are the offline containers whose kernels are too long beside the
-	// online ones for any share to protect them (profile.KernelRisk).
+	// online requests for any share to protect them (profile.KernelRisk).
 	KernelRisks []api.KernelRisk `json:"kernel_risks,omitempty"`
 }
 

@@ -79,7 +79,7 @@ func TestKernelRisks(t *testing.T) {
 		risky           bool
 	}{
 		{"GPU-filling online kernels beside 3 ms offline kernels", 10000, 100, 100 * time.Microsecond, 3 * time.Millisecond, true},
-		{"beside offline kernels twice as long as a request", 10000, 100, 100 * time.Microsecond, 200 * time.Microsecond, false},
+		{"beside offline kernels half as long again as a request", 10000, 100, 100 * time.Microsecond, 150 * time.Microsecond, false},
 		{"beside requests longer than the offline kernels", 10000, 100, 10 * time.Millisecond, 3 * time.Millisecond, false},
 		{"a job confined to the SMs the online kernels leave", 6000, 40, 100 * time.Microsecond, 3 * time.Millisecond, false},
 		{"a job whose percentage is above the room they leave", 6000, 70, 100 * time.Microsecond, 3 * time.Millisecond, true},

@@ -67,8 +67,8 @@ type trust struct {
 	// few is, per offline container, whether its rate was few launches (fewLaunches)
 	// at its last read; none yet: not.
 	few map[string]bool
-	// measured and launchTime: per offline container, its measured GPU time and launches
-	// at its last read, and its GPU time per launch (kernels.go).
+	// measured and launchTime: per offline container, its measured launches' counters
+	// at its last read, and their lengths (kernels.go).
 	measured   map[string]measured
 	launchTime map[string]*alloc.LaunchTime
 }
