@@ -347,7 +347,7 @@ func plannerFlags(fs *flag.FlagSet) func() (plan.Config, error) {
 	k := fs.Int("k", 64, "candidates per job in top-k mode")
 	onlineWeight := fs.Float64("online-weight", 0, "weight of the online workload's predicted throughput in each edge")
 	minOnline := fs.Float64("min-online-tput", 0.8, "refuse pairs predicted to leave online work below this normalised throughput")
-	allowRisk := fs.Bool("allow-kernel-risk", false, "allow pairs whose job's kernels are several times as long as the service's GPU-filling ones (refused by default: no share keeps its requests from waiting for them)")
+	allowRisk := fs.Bool("allow-kernel-risk", false, "allow pairs whose job's kernels are at least twice the requests of a service whose kernels fill the GPU (refused by default: no share keeps its requests from waiting for them)")
 	return func() (plan.Config, error) {
 		var p predict.Predictor = predict.Analytic{}
 		if *model != "" {

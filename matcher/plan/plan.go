@@ -79,9 +79,9 @@ type Config struct {
 	// this; default 0.05.
 	MinTput float64
 	// AllowKernelRisk allows pairs whose job would keep the online requests waiting
-	// for its kernels whatever its share (profile.Profile.DelaysOnline: its wide
-	// kernels several times as long as the service's GPU-filling ones); by default
-	// they are refused, as the throughput floors refuse theirs.
+	// for its kernels whatever its share (profile.Profile.DelaysOnline: the kernel a
+	// request meets at least twice the requests of a service whose kernels fill the
+	// GPU); by default they are refused, as the throughput floors refuse theirs.
 	AllowKernelRisk bool
 	// Mode picks the solver; default Auto.
 	Mode Mode
@@ -161,7 +161,7 @@ type Stats struct {
 // Reasons a job can be left out.
 const (
 	ReasonNoGPU  = "no healthy GPU with the memory and type it needs"
-	ReasonFloor  = "every GPU it fits is predicted to leave it or the online work below the throughput floors, or serves GPU-filling online kernels its own kernels are several times as long as"
+	ReasonFloor  = "every GPU it fits is predicted to leave it or the online work below the throughput floors, or serves GPU-filling online requests its kernels would keep waiting (kernel_us against request_us)"
 	ReasonOutbid = "eligible GPUs went to pairs of higher predicted throughput"
 )
 
