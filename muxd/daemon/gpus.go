@@ -127,7 +127,7 @@ func (d *Daemon) setupGPUs() error {
 		d.setComputeMode()
 	}
 	d.inv = monitorInventory{mon: mon, guard: g}
-	d.metrics.reg.MustRegister(mon.Collector())
+	d.metrics.reg.MustRegister(mon.Collector(), kernelRisks(g.Statuses))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/buildinfo"
+	"github.com/muxflow/muxflow/muxd/guard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -53,4 +54,25 @@ func newMetrics(d *Daemon) *metrics {
 	m.reg.MustRegister(m.requests, m.reloads, m.evictions, m.sticky, info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// descKernelRisk is the kernel-risk gauge: one series per offline container muxd names
+// as too long beside the online requests (guard.Status.KernelRisks), valued at the ratio
+// of the kernel a request meets to a request; absent for every other container, so an
+// alert on its presence fires exactly while muxd names one.
+var descKernelRisk = prometheus.NewDesc("muxd_offline_kernel_risk_ratio",
+	"Offline containers whose kernels keep the online requests waiting whatever their share: the kernel a request meets over a request (profile.KernelRisk).",
+	[]string{"gpu", "container"}, nil)
+
+// kernelRisks collects descKernelRisk from the guard's latest statuses on each scrape.
+type kernelRisks func() []guard.Status
+
+func (k kernelRisks) Describe(ch chan<- *prometheus.Desc) { ch <- descKernelRisk }
+
+func (k kernelRisks) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range k() {
+		for _, r := range s.KernelRisks {
+			ch <- prometheus.MustNewConstMetric(descKernelRisk, prometheus.GaugeValue, r.Ratio, s.UUID, r.ID)
+		}
+	}
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/client"
+	"github.com/muxflow/muxflow/muxd/guard"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestMetricsListener(t *testing.T) {
@@ -67,5 +69,22 @@ func TestMetricsListener(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// The kernel-risk gauge has a series for each container the guard names, at its ratio,
+// and none for the others.
+func TestKernelRiskMetric(t *testing.T) {
+	statuses := []guard.Status{
+		{UUID: "GPU-a", KernelRisks: []api.KernelRisk{{ID: "train", Ratio: 13.2}}},
+		{UUID: "GPU-b"},
+	}
+	want := `
+# HELP muxd_offline_kernel_risk_ratio Offline containers whose kernels keep the online requests waiting whatever their share: the kernel a request meets over a request (profile.KernelRisk).
+# TYPE muxd_offline_kernel_risk_ratio gauge
+muxd_offline_kernel_risk_ratio{container="train",gpu="GPU-a"} 13.2
+`
+	if err := testutil.CollectAndCompare(kernelRisks(func() []guard.Status { return statuses }), strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
