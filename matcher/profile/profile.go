@@ -82,9 +82,12 @@ func (p Profile) Validate() error {
 	if !finite(p.Speed) || p.Speed < 0 {
 		return fmt.Errorf("%w: speed %v must be a non-negative number", ErrInvalid, p.Speed)
 	}
-	for name, v := range map[string]float64{"kernel_us": p.KernelUS, "request_us": p.RequestUS} {
-		if !finite(v) || v < 0 || v > MaxKernel.Seconds()*1e6 {
-			return fmt.Errorf("%w: %s %v must be between 0 and %.0f", ErrInvalid, name, v, MaxKernel.Seconds()*1e6)
+	for _, f := range [...]struct {
+		name string
+		v    float64
+	}{{"kernel_us", p.KernelUS}, {"request_us", p.RequestUS}} {
+		if !finite(f.v) || f.v < 0 || f.v > MaxKernel.Seconds()*1e6 {
+			return fmt.Errorf("%w: %s %v must be between 0 and %.0f", ErrInvalid, f.name, f.v, MaxKernel.Seconds()*1e6)
 		}
 	}
 	if err := percent("width_pct", p.WidthPct); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/muxflow/muxflow/muxd/api"
 	"image/png"
 	"math"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/policy"
 )
 
