@@ -49,6 +49,10 @@ type Server struct {
 	// PendingTTL forgets pods not seen in a filter call for this long
 	// (they were scheduled elsewhere or deleted); default 10 minutes.
 	PendingTTL time.Duration
+	// MeasuredTTL forgets a pod's controller, and what the nodes measured of a
+	// controller's pods, this long after they were last seen (measured.go);
+	// default DefaultMeasuredTTL.
+	MeasuredTTL time.Duration
 	Log        *slog.Logger
 	// Kube, when set, lets the extender serve kube-scheduler's bind verb: it writes the
 	// GPU the plan chose on an offline pod (annotations.GPU) before binding it, so that
@@ -59,12 +63,20 @@ type Server struct {
 	reports  atomic.Pointer[[]profile.NodeReport]
 	mu       sync.Mutex
 	pending  map[string]pendingJob
-	requeued map[string]bool // pending pods Requeue has nudged
+	requeued map[string]bool     // pending pods Requeue has nudged
+	owners   map[string]owner    // pod → its controller (measured.go)
+	measured map[string]measured // controller → what the nodes measured of its pods
 }
 
 type pendingJob struct {
 	job  plan.Job
 	seen time.Time
+	// annotated: the pod carries a muxflow.io/profile; controller is its controller
+	// (controllerOf), whose measured profile completes it (withMeasured), and
+	// told whether that was logged.
+	annotated  bool
+	controller string
+	told       bool
 }
 
 // NewServer returns a Server with no plan yet.
@@ -99,7 +111,16 @@ func (s *Server) PendingJobs(now time.Time) []plan.Job {
 			delete(s.pending, id)
 			continue
 		}
-		out = append(out, p.job)
+		j := p.job
+		if m, ok := s.measured[p.controller]; ok && p.controller != "" {
+			j.Profile = withMeasured(p, m)
+			if !p.told {
+				p.told = true
+				s.pending[id] = p
+				s.Log.Info("pending pod planned with what the nodes measured of its controller", "pod", id, "controller", p.controller, "measured_pod", m.pod, "kernel_us", j.Profile.KernelUS, "annotated", p.annotated)
+			}
+		}
+		out = append(out, j)
 	}
 	return out
 }
@@ -265,7 +286,7 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, filterResult(args, names, nil))
 		return
 	}
-	s.remember(job)
+	s.remember(job, args.Pod)
 	failed := extenderv1.FailedNodesMap{}
 	keep := map[string]bool{}
 	p := s.Plan()
@@ -330,10 +351,14 @@ func filterResult(args *extenderv1.ExtenderArgs, names []string, keep map[string
 	return res
 }
 
-func (s *Server) remember(j plan.Job) {
+func (s *Server) remember(j plan.Job, pod *corev1.Pod) {
+	_, annotated := pod.Annotations[AnnotationProfile]
+	controller, now := controllerOf(pod), time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pending[j.ID] = pendingJob{job: j, seen: time.Now()}
+	told := s.pending[j.ID].told
+	s.pending[j.ID] = pendingJob{job: j, seen: now, annotated: annotated, controller: controller, told: told}
+	s.noteOwner(j.ID, controller, now)
 }
 
 // eligibleNodes lists nodes with a GPU that could take job now.

@@ -460,6 +460,7 @@ func runServe(ctx context.Context, args []string) error {
 				log.Info("recorded co-locations", "new", n, "file", *record)
 			}
 		}
+		srv.Learn(rs, time.Now())
 		js := srv.PendingJobs(time.Now())
 		if *jobs != "" {
 			fj, err := readJobs(*jobs)

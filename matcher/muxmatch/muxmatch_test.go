@@ -342,3 +342,98 @@ func TestEvalTestFileAndDataFlag(t *testing.T) {
 		t.Errorf("import-lucid --data %s: err = %v", dir, err)
 	}
 }
+
+// Issue 14, on muxmatch's path: a Job's first pod runs beside a service of short
+// GPU-filling kernels and its node measures 3 ms kernels; the Job's next pod, whose
+// annotation gives no kernel length, is then planned beside the service of long requests
+// rather than beside the other filling (and lighter) one it would have gone to.
+func TestServeRemembersMeasuredKernels(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	filling := profile.Profile{GPUUtil: 10, MemBWUtil: 10, MemoryMiB: 20000, RequestUS: 240, WidthPct: 100}
+	longRequests := profile.Profile{GPUUtil: 40, MemBWUtil: 10, MemoryMiB: 20000, RequestUS: 20000, WidthPct: 100}
+	gpu := func(uuid string, online profile.Profile, offline ...profile.Workload) profile.GPUReport {
+		return profile.GPUReport{UUID: uuid, Type: "H200", MemoryTotalMiB: 143771, MemoryFreeMiB: 100000, Health: profile.Healthy,
+			Online: &profile.Workload{ID: "prod/svc-" + uuid, Profile: online}, Offline: offline}
+	}
+	reports := filepath.Join(t.TempDir(), "reports.json")
+	setReports := func(gs ...profile.GPUReport) {
+		b, _ := json.Marshal([]profile.NodeReport{{Node: profile.NodeInfo{Name: "gpu-a"}, GPUs: gs}})
+		if err := os.WriteFile(reports+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(reports+".new", reports); err != nil { // a round reads a whole file
+			t.Fatal(err)
+		}
+	}
+	setReports(gpu("GPU-1", filling), gpu("GPU-2", longRequests), gpu("GPU-3", filling))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--listen", addr, "--reports", reports, "--interval", "100ms"}, &bytes.Buffer{})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve returned %v after cancel", err)
+		}
+	}()
+	getPlan := func() plan.Plan {
+		var pl plan.Plan
+		if resp, err := http.Get("http://" + addr + "/v1/plan"); err == nil {
+			if resp.StatusCode == http.StatusOK {
+				json.NewDecoder(resp.Body).Decode(&pl)
+			}
+			resp.Body.Close()
+		}
+		return pl
+	}
+	waitFor := func(what string, ok func(plan.Plan) bool) plan.Plan {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if pl := getPlan(); ok(pl) {
+				return pl
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no plan %s within 20s: last %+v", what, getPlan())
+			}
+		}
+	}
+	filter := func(pod string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"Pod":{"metadata":{"name":%q,"namespace":"batch","ownerReferences":[{"apiVersion":"batch/v1","kind":"Job","name":"train","uid":"u-1","controller":true}],
+ "annotations":{"muxflow.io/class":"offline","muxflow.io/profile":"{\"gpu_util\":60,\"mem_bw_util\":20,\"memory_mib\":8000}"}},"spec":{},"status":{}},"NodeNames":["gpu-a"]}`, pod)
+		resp, err := http.Post("http://"+addr+"/filter", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	first := waitFor("at all", func(pl plan.Plan) bool { return pl.Generation > 0 })
+	filter("train-0")
+	// train-0 runs beside GPU-1's service, and its node measures its kernels.
+	setReports(gpu("GPU-1", filling, profile.Workload{ID: "batch/train-0", Profile: profile.Profile{GPUUtil: 60, MemBWUtil: 20, MemoryMiB: 8000, KernelUS: 3000}}),
+		gpu("GPU-2", longRequests), gpu("GPU-3", filling))
+	seen := waitFor("after the measurement", func(pl plan.Plan) bool { return pl.Generation > first.Generation+2 })
+	filter("train-1")
+	pl := waitFor("placing train-1", func(pl plan.Plan) bool {
+		if pl.Generation <= seen.Generation {
+			return false
+		}
+		for _, a := range pl.Assignments {
+			if a.Job == "batch/train-1" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, a := range pl.Assignments {
+		if a.Job == "batch/train-1" && a.GPU != "GPU-2" {
+			t.Errorf("train-1 placed on %s, want GPU-2 (its Job's kernels are 3 ms, GPU-1's and GPU-3's requests 240 µs): %+v", a.GPU, pl)
+		}
+	}
+}
