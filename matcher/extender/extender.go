@@ -53,7 +53,7 @@ type Server struct {
 	// controller's pods, this long after they were last seen (measured.go);
 	// default DefaultMeasuredTTL.
 	MeasuredTTL time.Duration
-	Log        *slog.Logger
+	Log         *slog.Logger
 	// Kube, when set, lets the extender serve kube-scheduler's bind verb: it writes the
 	// GPU the plan chose on an offline pod (annotations.GPU) before binding it, so that
 	// the node gives the pod exactly that GPU.

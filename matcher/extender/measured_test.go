@@ -57,7 +57,7 @@ func TestPendingPodGetsItsControllersMeasuredProfile(t *testing.T) {
 	}
 	want := map[string]profile.Profile{
 		"batch/train-1":    {GPUUtil: 60, MemBWUtil: 25, MemoryMiB: 6000, KernelUS: 3000}, // its own, and the measured kernel length
-		"batch/train-2":    measured,                                                     // no annotation: all measured
+		"batch/train-2":    measured,                                                      // no annotation: all measured
 		"batch/train-3":    {GPUUtil: 60, MemBWUtil: 25, MemoryMiB: 6000, KernelUS: 40},   // its own kernel length stands
 		"batch/other-0":    {GPUUtil: 60, MemBWUtil: 25, MemoryMiB: 6000},
 		"batch/stranger-1": {GPUUtil: 60, MemBWUtil: 25, MemoryMiB: 6000},
