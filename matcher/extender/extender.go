@@ -2,8 +2,9 @@
 // extender whose filter and prioritize verbs steer offline pods to the nodes
 // holding the GPUs the current plan chose for them, and the HTTP surface that
 // publishes the plan. Pods are offline when annotated muxflow.io/class:
-// offline; their solo profile comes from muxflow.io/profile (JSON) and their
-// needs from muxflow.io/gpu-memory and muxflow.io/gpu-type.
+// offline; their solo profile comes from muxflow.io/profile (JSON) and from
+// what the nodes measured of their controller's earlier pods (measured.go), and
+// their needs from muxflow.io/gpu-memory and muxflow.io/gpu-type.
 package extender
 
 import (
