@@ -67,6 +67,7 @@ type Server struct {
 	requeued map[string]bool     // pending pods Requeue has nudged
 	owners   map[string]owner    // pod → its controller (measured.go)
 	measured map[string]measured // controller → what the nodes measured of its pods
+	dirty    bool                // owners or measured changed since SaveMeasured
 }
 
 type pendingJob struct {

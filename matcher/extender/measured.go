@@ -1,6 +1,11 @@
 package extender
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +56,9 @@ func (s *Server) noteOwner(pod string, controller string, now time.Time) {
 	if s.owners == nil {
 		s.owners = map[string]owner{}
 	}
+	if s.owners[pod].controller != controller {
+		s.dirty = true
+	}
 	s.owners[pod] = owner{controller, now}
 }
 
@@ -76,8 +84,12 @@ func (s *Server) Learn(reports []profile.NodeReport, now time.Time) {
 				if s.measured == nil {
 					s.measured = map[string]measured{}
 				}
-				if prev, had := s.measured[o.controller]; !had || prev.profile.KernelUS != w.Profile.KernelUS {
+				prev, had := s.measured[o.controller]
+				if !had || prev.profile.KernelUS != w.Profile.KernelUS {
 					s.Log.Info("measured offline profile remembered for its controller", "controller", o.controller, "pod", w.ID, "kernel_us", w.Profile.KernelUS)
+				}
+				if !had || !reflect.DeepEqual(prev.profile, w.Profile) || prev.pod != w.ID { // sm_activity is a pointer
+					s.dirty = true
 				}
 				s.measured[o.controller] = measured{w.Profile, w.ID, now}
 			}
@@ -86,13 +98,120 @@ func (s *Server) Learn(reports []profile.NodeReport, now time.Time) {
 	for id, o := range s.owners {
 		if now.Sub(o.seen) > ttl {
 			delete(s.owners, id)
+			s.dirty = true
 		}
 	}
 	for c, m := range s.measured {
 		if now.Sub(m.at) > ttl {
 			delete(s.measured, c)
+			s.dirty = true
 		}
 	}
+}
+
+// measuredFile is the form SaveMeasured writes: the pods' controllers and what was
+// measured of each controller's pods, with the times the TTL counts from.
+type measuredFile struct {
+	Version  int                     `json:"version"`
+	Owners   map[string]ownerJSON    `json:"owners"`
+	Measured map[string]measuredJSON `json:"measured"`
+}
+
+type ownerJSON struct {
+	Controller string    `json:"controller"`
+	Seen       time.Time `json:"seen"`
+}
+
+type measuredJSON struct {
+	Profile profile.Profile `json:"profile"`
+	Pod     string          `json:"pod"`
+	At      time.Time       `json:"at"`
+}
+
+// SaveMeasured writes what Learn and the filter verb gathered to path (through a
+// temporary file renamed over it, so a reader or a crash never sees half a file), where
+// something changed since the last save or load, other than the times things were seen.
+func (s *Server) SaveMeasured(path string) error {
+	s.mu.Lock()
+	if !s.dirty {
+		s.mu.Unlock()
+		return nil
+	}
+	f := measuredFile{Version: 1, Owners: map[string]ownerJSON{}, Measured: map[string]measuredJSON{}}
+	for id, o := range s.owners {
+		f.Owners[id] = ownerJSON{o.controller, o.seen}
+	}
+	for c, m := range s.measured {
+		f.Measured[c] = measuredJSON{m.profile, m.pod, m.at}
+	}
+	s.dirty = false
+	s.mu.Unlock()
+	b, err := json.Marshal(f)
+	if err == nil {
+		tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+		if err = os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, path)
+		}
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.dirty = true // the next round tries again
+		s.mu.Unlock()
+		return fmt.Errorf("save measured profiles: %w", err)
+	}
+	return nil
+}
+
+// LoadMeasured reads what SaveMeasured wrote (a missing file is an empty one) and keeps
+// it beside what the server holds. A file that is not such a file, or holds an invalid
+// profile, is an error naming what is wrong, and nothing is taken from it.
+func (s *Server) LoadMeasured(path string) error {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load measured profiles: %w", err)
+	}
+	var f measuredFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("measured profiles %s: %w", path, err)
+	}
+	if f.Version != 1 {
+		return fmt.Errorf("measured profiles %s: version %d, want 1", path, f.Version)
+	}
+	for id, o := range f.Owners {
+		if id == "" || o.Controller == "" {
+			return fmt.Errorf("measured profiles %s: pod %q without a controller", path, id)
+		}
+	}
+	for c, m := range f.Measured {
+		if c == "" {
+			return fmt.Errorf("measured profiles %s: a profile without a controller", path)
+		}
+		if err := m.Profile.Validate(); err != nil {
+			return fmt.Errorf("measured profiles %s: controller %s: %w", path, c, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owners == nil {
+		s.owners = map[string]owner{}
+	}
+	if s.measured == nil {
+		s.measured = map[string]measured{}
+	}
+	for id, o := range f.Owners {
+		if _, ok := s.owners[id]; !ok {
+			s.owners[id] = owner{o.Controller, o.Seen}
+		}
+	}
+	for c, m := range f.Measured {
+		if _, ok := s.measured[c]; !ok {
+			s.measured[c] = measured{m.Profile, m.Pod, m.At}
+		}
+	}
+	return nil
 }
 
 // withMeasured is a pending pod's job profile given what was measured of its controller:

@@ -2,6 +2,9 @@ package extender
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +84,76 @@ func TestPendingPodGetsItsControllersMeasuredProfile(t *testing.T) {
 		if j.ID == "batch/train-1" && j.Profile.KernelUS != 0 {
 			t.Errorf("after a day unseen, train-1 still has the measured kernel length: %+v", j.Profile)
 		}
+	}
+}
+
+// muxmatch serve --measured: what was learnt survives a restart; a file that is not one
+// is refused with what is wrong, and takes nothing from it.
+func TestMeasuredSurviveARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "measured.json")
+	s, ts := newTestServer(t)
+	post(t, ts.URL+"/filter", offlinePod("train-0", "Job train", ""), nil)
+	sm := 41.5
+	measured := profile.Profile{GPUUtil: 95, MemBWUtil: 40, MemoryMiB: 9000, KernelUS: 3000, SMActivity: &sm}
+	s.Learn(running(profile.Workload{ID: "batch/train-0", Profile: measured}), time.Now())
+	if err := s.SaveMeasured(path); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing new (the same report again, with its own pointers): no write.
+	os.Remove(path)
+	sm2 := sm
+	again := measured
+	again.SMActivity = &sm2
+	s.Learn(running(profile.Workload{ID: "batch/train-0", Profile: again}), time.Now())
+	if err := s.SaveMeasured(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("a round that learnt nothing new rewrote the file")
+	}
+	post(t, ts.URL+"/filter", offlinePod("train-1", "Job train", ""), nil) // a new owner: written
+	if err := s.SaveMeasured(path); err != nil {
+		t.Fatal(err)
+	}
+
+	r, rts := newTestServer(t)
+	if err := r.LoadMeasured(path); err != nil {
+		t.Fatal(err)
+	}
+	post(t, rts.URL+"/filter", offlinePod("train-2", "Job train", `{"gpu_util":60,"mem_bw_util":25,"memory_mib":6000}`), nil)
+	for _, j := range r.PendingJobs(time.Now()) {
+		if j.ID == "batch/train-2" && j.Profile.KernelUS != 3000 {
+			t.Errorf("after a restart train-2's profile is %+v, want the kernel length measured before it", j.Profile)
+		}
+	}
+	// train-0 runs on after the restart: it is still known by its controller.
+	r.Learn(running(profile.Workload{ID: "batch/train-0", Profile: profile.Profile{GPUUtil: 90, KernelUS: 5000}}), time.Now())
+	for _, j := range r.PendingJobs(time.Now()) {
+		if j.ID == "batch/train-2" && j.Profile.KernelUS != 5000 {
+			t.Errorf("train-0's new measurement did not reach its controller: %+v", j.Profile)
+		}
+	}
+
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ body, want string }{
+		"not JSON":            {"{", "unexpected end of JSON input"},
+		"another version":     {`{"version":2}`, "version 2, want 1"},
+		"a pod without owner": {`{"version":1,"owners":{"batch/x":{"controller":""}}}`, `pod "batch/x" without a controller`},
+		"an invalid profile":  {`{"version":1,"measured":{"batch/Job/x":{"profile":{"gpu_util":400}}}}`, "controller batch/Job/x: invalid profile data: gpu_util 400 must be a percentage"},
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		os.WriteFile(p, []byte(tc.body), 0o600)
+		err := r.LoadMeasured(p)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: err %v, want it to name the file and say %q", name, err, tc.want)
+		}
+	}
+	for _, j := range r.PendingJobs(time.Now()) {
+		if j.ID == "batch/train-2" && j.Profile.KernelUS != 5000 {
+			t.Errorf("a refused file changed what was kept: %+v", j.Profile)
+		}
+	}
+	if err := r.LoadMeasured(filepath.Join(dir, "missing.json")); err != nil {
+		t.Errorf("a missing file: %v, want it read as empty", err)
 	}
 }

@@ -407,6 +407,7 @@ func runServe(ctx context.Context, args []string) error {
 	interval := fs.Duration("interval", 10*time.Second, "planning interval")
 	wait := fs.Bool("wait-for-plan", true, "hold unplanned offline pods instead of letting them land anywhere")
 	record := fs.String("record", "", "append the co-locations nodes report to this training CSV (for muxmatch train)")
+	measuredPath := fs.String("measured", "", "keep the profiles nodes measured of offline pods, by controller, in this file across restarts")
 	bindVerb := fs.Bool("bind", false, "serve kube-scheduler's bind verb: write the planned GPU on each offline pod (muxflow.io/gpu) and bind it; needs Kubernetes API access")
 	kubeServer := fs.String("kube-server", "", "Kubernetes API server URL for --bind (default: the in-cluster service account's)")
 	kubeToken := fs.String("kube-token-file", "", "bearer token file for --kube-server (default: the service account token)")
@@ -442,6 +443,11 @@ func runServe(ctx context.Context, args []string) error {
 	log := slog.Default()
 	srv := extender.NewServer(log)
 	srv.WaitForPlan = *wait
+	if *measuredPath != "" {
+		if err := srv.LoadMeasured(*measuredPath); err != nil {
+			return fmt.Errorf("serve --measured: %w", err)
+		}
+	}
 	if *bindVerb {
 		if srv.Kube, err = extender.NewKube(*kubeServer, *kubeToken, *kubeCA); err != nil {
 			return fmt.Errorf("serve --bind: %w", err)
@@ -461,6 +467,11 @@ func runServe(ctx context.Context, args []string) error {
 			}
 		}
 		srv.Learn(rs, time.Now())
+		if *measuredPath != "" {
+			if err := srv.SaveMeasured(*measuredPath); err != nil {
+				log.Error("keeping measured profiles", "err", err)
+			}
+		}
 		js := srv.PendingJobs(time.Now())
 		if *jobs != "" {
 			fj, err := readJobs(*jobs)
@@ -493,6 +504,12 @@ func runServe(ctx context.Context, args []string) error {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			hs.Shutdown(sctx)
+			if *measuredPath != "" {
+				// owners the filter verb learnt since the last round
+				if err := srv.SaveMeasured(*measuredPath); err != nil {
+					return err
+				}
+			}
 			return nil
 		case err := <-errc:
 			return fmt.Errorf("serve: %w", err)

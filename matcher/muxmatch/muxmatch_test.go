@@ -102,6 +102,7 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"plan", "--reports", bad, "--jobs", bad, "--mode", "fast"}, "unknown mode"},
 		{[]string{"serve"}, "exactly one of --nodes and --reports"},
 		{[]string{"serve", "--reports", bad, "--interval", "1ms"}, "too short"},
+		{[]string{"serve", "--reports", bad, "--listen", "127.0.0.1:0", "--measured", bad}, "serve --measured: measured profiles " + bad + ": version 0, want 1"},
 		{[]string{"replay", "--windows", "0"}, "windows"},
 		{[]string{"eval", "a.csv", "b.csv"}, "at most one"},
 		{[]string{"train", "--no-such-flag"}, "flag provided but not defined"},
