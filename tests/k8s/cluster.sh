@@ -233,7 +233,7 @@ bg kube-controller-manager kube-controller-manager --kubeconfig="$W/kubeconfig" 
 # ---- 7. the muxflow scheduler: kube-scheduler with muxmatch as its extender ----
 bg muxd env KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=6443 muxd --policy /etc/muxflow/policy.toml --gpus gpusim:/run/gpusim/gpusimd.sock
 waitfor 20 "muxd" muxctl status
-bg muxmatch muxmatch serve --listen 127.0.0.1:8888 --nodes /run/muxflow/muxd.sock --interval 1s \
+bg muxmatch muxmatch serve --listen 127.0.0.1:8888 --nodes /run/muxflow/muxd.sock --interval 1s --measured "$W/measured.json" \
 	--bind --kube-server https://127.0.0.1:6443 --kube-token-file "$P/token" --kube-ca "$P/ca.crt"
 cat > "$W/scheduler.yaml" <<YAML
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -310,6 +310,14 @@ for pod in $(k get pods -l app=train -o jsonpath='{.items[*].metadata.name}'); d
 		"muxctl status -o json | jq -e --arg p default/$pod '.containers[] | select(.pod==\$p) | .usage.launches > 0 and .usage.reserved_bytes >= 1073741824'"
 	log "offline pod $pod: plan generation $gen chose $gpu; it runs there under MPS next to online pod $online"
 done
+# muxd measures each job's kernels through libxcuda and reports them in GET /v1/node;
+# muxmatch keeps them under the pod's Job (from the owner reference kube-scheduler's filter
+# call carried), for the Job's next pod, in --measured's file.
+for job in train-a train-b; do
+	waitfor 30 "muxmatch keeping $job's measured kernel length (2 ms kernels)" sh -c \
+		"jq -e '.measured[\"default/Job/$job\"].profile.kernel_us > 1000' $W/measured.json"
+done
+log "muxmatch keeps the jobs' kernel lengths muxd measured: $(jq -c '[.measured | to_entries[] | {(.key): .value.profile.kernel_us}] | add' "$W/measured.json") µs"
 
 # onlinelines POD: the JSON lines its infer rounds printed so far.
 onlinelines() { k logs "$1" 2> /dev/null | grep '^{' || true; }
