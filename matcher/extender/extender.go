@@ -133,6 +133,7 @@ func (s *Server) PendingJobs(now time.Time) []plan.Job {
 //	POST /bind                     the bind verb (with Kube): annotate the planned GPU, bind
 //	GET  /v1/plan                  the latest plan
 //	GET  /v1/plan/{ns}/{name}      one pod's assignment
+//	GET  /v1/measured              the profiles kept by controller (measured.go)
 //	GET  /healthz
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -141,6 +142,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /bind", s.bind)
 	mux.HandleFunc("GET /v1/plan", s.getPlan)
 	mux.HandleFunc("GET /v1/plan/{ns}/{name}", s.getAssignment)
+	mux.HandleFunc("GET /v1/measured", s.getMeasured)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	return mux
 }

@@ -3,6 +3,7 @@ package extender
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -128,6 +129,27 @@ type measuredJSON struct {
 	At      time.Time       `json:"at"`
 }
 
+// measuredSnapshot is what the server remembers, in the file's form. s.mu held.
+func (s *Server) measuredSnapshot() measuredFile {
+	f := measuredFile{Version: 1, Owners: map[string]ownerJSON{}, Measured: map[string]measuredJSON{}}
+	for id, o := range s.owners {
+		f.Owners[id] = ownerJSON{o.controller, o.seen}
+	}
+	for c, m := range s.measured {
+		f.Measured[c] = measuredJSON{m.profile, m.pod, m.at}
+	}
+	return f
+}
+
+// getMeasured serves GET /v1/measured: the pods' controllers and what the nodes measured
+// of each controller's pods, as --measured's file holds them.
+func (s *Server) getMeasured(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	f := s.measuredSnapshot()
+	s.mu.Unlock()
+	writeJSON(w, f)
+}
+
 // SaveMeasured writes what Learn and the filter verb gathered to path (through a
 // temporary file renamed over it, so a reader or a crash never sees half a file), where
 // something changed since the last save or load, other than the times things were seen.
@@ -137,13 +159,7 @@ func (s *Server) SaveMeasured(path string) error {
 		s.mu.Unlock()
 		return nil
 	}
-	f := measuredFile{Version: 1, Owners: map[string]ownerJSON{}, Measured: map[string]measuredJSON{}}
-	for id, o := range s.owners {
-		f.Owners[id] = ownerJSON{o.controller, o.seen}
-	}
-	for c, m := range s.measured {
-		f.Measured[c] = measuredJSON{m.profile, m.pod, m.at}
-	}
+	f := s.measuredSnapshot()
 	s.dirty = false
 	s.mu.Unlock()
 	b, err := json.Marshal(f)

@@ -1,7 +1,9 @@
 package extender
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,6 +78,18 @@ func TestPendingPodGetsItsControllersMeasuredProfile(t *testing.T) {
 		if got[id] != p {
 			t.Errorf("%s: profile %+v, want %+v", id, got[id], p)
 		}
+	}
+
+	// GET /v1/measured shows what is kept.
+	resp, err := http.Get(ts.URL + "/v1/measured")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown measuredFile
+	json.NewDecoder(resp.Body).Decode(&shown)
+	resp.Body.Close()
+	if m := shown.Measured["batch/Job/train"]; m.Pod != "batch/train-0" || m.Profile.KernelUS != 3000 || shown.Owners["batch/train-1"].Controller != "batch/Job/train" {
+		t.Errorf("GET /v1/measured: %+v", shown)
 	}
 
 	// A day after the controller's pods were last seen, what was measured is forgotten.
