@@ -453,6 +453,7 @@ func runServe(ctx context.Context, args []string) error {
 			return fmt.Errorf("serve --bind: %w", err)
 		}
 	}
+	var saved time.Time // when the measured profiles were last written
 	round := func() {
 		rs, err := src.Reports(ctx)
 		if err != nil {
@@ -467,7 +468,10 @@ func runServe(ctx context.Context, args []string) error {
 			}
 		}
 		srv.Learn(rs, time.Now())
-		if *measuredPath != "" {
+		// The profiles move a little every round: written at most once a minute, and
+		// at shutdown.
+		if *measuredPath != "" && time.Since(saved) >= time.Minute {
+			saved = time.Now()
 			if err := srv.SaveMeasured(*measuredPath); err != nil {
 				log.Error("keeping measured profiles", "err", err)
 			}

@@ -312,12 +312,12 @@ for pod in $(k get pods -l app=train -o jsonpath='{.items[*].metadata.name}'); d
 done
 # muxd measures each job's kernels through libxcuda and reports them in GET /v1/node;
 # muxmatch keeps them under the pod's Job (from the owner reference kube-scheduler's filter
-# call carried), for the Job's next pod, in --measured's file.
+# call carried) for the Job's next pod (GET /v1/measured; --measured keeps them in a file).
 for job in train-a train-b; do
 	waitfor 30 "muxmatch keeping $job's measured kernel length (2 ms kernels)" sh -c \
-		"jq -e '.measured[\"default/Job/$job\"].profile.kernel_us > 1000' $W/measured.json"
+		"curl -sf http://127.0.0.1:8888/v1/measured | jq -e '.measured[\"default/Job/$job\"].profile.kernel_us > 1000'"
 done
-log "muxmatch keeps the jobs' kernel lengths muxd measured: $(jq -c '[.measured | to_entries[] | {(.key): .value.profile.kernel_us}] | add' "$W/measured.json") µs"
+log "muxmatch keeps the jobs' kernel lengths muxd measured: $(curl -sf http://127.0.0.1:8888/v1/measured | jq -c '[.measured | to_entries[] | {(.key): .value.profile.kernel_us}] | add') µs"
 
 # onlinelines POD: the JSON lines its infer rounds printed so far.
 onlinelines() { k logs "$1" 2> /dev/null | grep '^{' || true; }

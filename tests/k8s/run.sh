@@ -12,7 +12,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$repo/build}
 [ "$(id -u)" = 0 ] || { echo "k8s-e2e: needs root (it runs containerd and kubelet)" >&2; exit 1; }
-for t in containerd containerd-shim-runc-v2 runc ctr unshare openssl jq gcc ip /usr/lib/cni/bridge /bin/busybox; do
+for t in containerd containerd-shim-runc-v2 runc ctr unshare openssl jq curl gcc ip /usr/lib/cni/bridge /bin/busybox; do
 	command -v "$t" > /dev/null || [ -x "$t" ] || { echo "k8s-e2e: $t is missing; run tests/deps.sh" >&2; exit 1; }
 done
 for f in bin/muxd bin/muxctl bin/muxmatch bin/muxflow-runtime bin/muxflow-device-plugin bin/gpusimd lib/libxcuda.so \
