@@ -361,7 +361,7 @@ func TestServeRemembersMeasuredKernels(t *testing.T) {
 		return profile.GPUReport{UUID: uuid, Type: "H200", MemoryTotalMiB: 143771, MemoryFreeMiB: 100000, Health: profile.Healthy,
 			Online: &profile.Workload{ID: "prod/svc-" + uuid, Profile: online}, Offline: offline}
 	}
-	reports := filepath.Join(t.TempDir(), "reports.json")
+	reports, kept := filepath.Join(t.TempDir(), "reports.json"), filepath.Join(t.TempDir(), "measured.json")
 	setReports := func(gs ...profile.GPUReport) {
 		b, _ := json.Marshal([]profile.NodeReport{{Node: profile.NodeInfo{Name: "gpu-a"}, GPUs: gs}})
 		if err := os.WriteFile(reports+".new", b, 0o600); err != nil {
@@ -375,14 +375,19 @@ func TestServeRemembersMeasuredKernels(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, []string{"serve", "--listen", addr, "--reports", reports, "--interval", "100ms"}, &bytes.Buffer{})
+		done <- Run(ctx, []string{"serve", "--listen", addr, "--reports", reports, "--interval", "100ms", "--measured", kept}, &bytes.Buffer{})
 	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve returned %v after cancel", err)
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve returned %v after cancel", err)
+			}
 		}
-	}()
+	}
+	defer stop()
 	getPlan := func() plan.Plan {
 		var pl plan.Plan
 		if resp, err := http.Get("http://" + addr + "/v1/plan"); err == nil {
@@ -436,5 +441,17 @@ func TestServeRemembersMeasuredKernels(t *testing.T) {
 		if a.Job == "batch/train-1" && a.GPU != "GPU-2" {
 			t.Errorf("train-1 placed on %s, want GPU-2 (its Job's kernels are 3 ms, GPU-1's and GPU-3's requests 240 µs): %+v", a.GPU, pl)
 		}
+	}
+	// --measured: serve leaves what it learnt in the file when it stops.
+	stop()
+	b, err := os.ReadFile(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Measured map[string]struct{ Profile profile.Profile } `json:"measured"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil || f.Measured["batch/Job/train"].Profile.KernelUS != 3000 {
+		t.Errorf("--measured file after serve stopped: %s (%v)", b, err)
 	}
 }
