@@ -86,7 +86,7 @@ func (s *Server) Learn(reports []profile.NodeReport, now time.Time) {
 					s.measured = map[string]measured{}
 				}
 				prev, had := s.measured[o.controller]
-				if !had || prev.profile.KernelUS != w.Profile.KernelUS {
+				if !had || prev.pod != w.ID { // not each round: the figures move every round
 					s.Log.Info("measured offline profile remembered for its controller", "controller", o.controller, "pod", w.ID, "kernel_us", w.Profile.KernelUS)
 				}
 				if !had || !reflect.DeepEqual(prev.profile, w.Profile) || prev.pod != w.ID { // sm_activity is a pointer
