@@ -67,18 +67,18 @@ type Server struct {
 	requeued map[string]bool     // pending pods Requeue has nudged
 	owners   map[string]owner    // pod → its controller (measured.go)
 	measured map[string]measured // controller → what the nodes measured of its pods
-	dirty    bool                // owners or measured changed since SaveMeasured
+	// a Job → its controller, as ResolveJobs read it
+	jobParents map[string]jobParent
+	dirty      bool // owners or measured changed since SaveMeasured
 }
 
 type pendingJob struct {
 	job  plan.Job
 	seen time.Time
-	// annotated: the pod carries a muxflow.io/profile; controller is its controller
-	// (controllerOf), whose measured profile completes it (withMeasured), and
-	// told whether that was logged.
-	annotated  bool
-	controller string
-	told       bool
+	// annotated: the pod carries a muxflow.io/profile, which what was measured of its
+	// controller completes (withMeasured); told whether that was logged.
+	annotated bool
+	told      bool
 }
 
 // NewServer returns a Server with no plan yet.
@@ -114,12 +114,14 @@ func (s *Server) PendingJobs(now time.Time) []plan.Job {
 			continue
 		}
 		j := p.job
-		if m, ok := s.measured[p.controller]; ok && p.controller != "" {
-			j.Profile = withMeasured(p, m)
-			if !p.told {
-				p.told = true
-				s.pending[id] = p
-				s.Log.Info("pending pod planned with what the nodes measured of its controller", "pod", id, "controller", p.controller, "measured_pod", m.pod, "kernel_us", j.Profile.KernelUS, "annotated", p.annotated)
+		if o, ok := s.owners[id]; ok {
+			if m, ok := s.measured[o.controller]; ok {
+				j.Profile = withMeasured(p, m)
+				if !p.told {
+					p.told = true
+					s.pending[id] = p
+					s.Log.Info("pending pod planned with what the nodes measured of its controller", "pod", id, "controller", o.controller, "measured_pod", m.pod, "kernel_us", j.Profile.KernelUS, "annotated", p.annotated)
+				}
 			}
 		}
 		out = append(out, j)
@@ -361,7 +363,7 @@ func (s *Server) remember(j plan.Job, pod *corev1.Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	told := s.pending[j.ID].told
-	s.pending[j.ID] = pendingJob{job: j, seen: now, annotated: annotated, controller: controller, told: told}
+	s.pending[j.ID] = pendingJob{job: j, seen: now, annotated: annotated, told: told}
 	s.noteOwner(j.ID, controller, now)
 }
 

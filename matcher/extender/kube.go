@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/muxflow/muxflow/muxd/kubeapi"
 )
 
-// Kube is the little of the Kubernetes API the extender's bind verb uses: annotate a pod,
-// then bind it (muxd/kubeapi speaks the REST).
+// Kube is the little of the Kubernetes API the extender uses: annotate a pod, then bind
+// it (the bind verb), and read a Job's controller (measured.go) (muxd/kubeapi speaks the
+// REST).
 type Kube struct {
 	api *kubeapi.Client
 }
@@ -47,4 +51,21 @@ func (k *Kube) Bind(ctx context.Context, ns, name, uid, node string) error {
 		"target":   map[string]any{"apiVersion": "v1", "kind": "Node", "name": node},
 	}
 	return k.api.Do(ctx, http.MethodPost, kubeapi.PodPath(ns, name, "/binding"), "application/json", b)
+}
+
+// JobController reads a Job's controller (the CronJob that made it, typically) from its
+// owner references: its kind and name, both "" where it has none.
+func (k *Kube) JobController(ctx context.Context, ns, name string) (kind, controller string, err error) {
+	var job struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := k.api.Get(ctx, "/apis/batch/v1/namespaces/"+url.PathEscape(ns)+"/jobs/"+url.PathEscape(name), &job); err != nil {
+		return "", "", err
+	}
+	for _, r := range job.Metadata.OwnerReferences {
+		if r.Controller != nil && *r.Controller && r.Kind != "" && r.Name != "" {
+			return r.Kind, r.Name, nil
+		}
+	}
+	return "", "", nil
 }

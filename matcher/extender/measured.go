@@ -1,12 +1,15 @@
 package extender
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,10 +52,14 @@ func controllerOf(pod *corev1.Pod) string {
 	return ""
 }
 
-// noteOwner remembers a pod's controller. s.mu held.
+// noteOwner remembers a pod's controller (a Job's own controller, where ResolveJobs read
+// it). s.mu held.
 func (s *Server) noteOwner(pod string, controller string, now time.Time) {
 	if controller == "" {
 		return
+	}
+	if p, ok := s.jobParents[controller]; ok && p.parent != "" {
+		controller = p.parent
 	}
 	if s.owners == nil {
 		s.owners = map[string]owner{}
@@ -61,6 +68,75 @@ func (s *Server) noteOwner(pod string, controller string, now time.Time) {
 		s.dirty = true
 	}
 	s.owners[pod] = owner{controller, now}
+}
+
+// jobParent is what ResolveJobs read of a Job: its controller ("namespace/Kind/name"; ""
+// where it has none or could not be read).
+type jobParent struct {
+	parent string
+	seen   time.Time
+}
+
+// maxJobReads bounds the Jobs ResolveJobs reads in one round.
+const maxJobReads = 32
+
+// ResolveJobs reads, where the extender can use the Kubernetes API (Kube), the controller
+// of each pod's Job not read yet, and keeps the pod under it: a CronJob makes a new Job
+// for each run, so its runs are known by the CronJob, and each learns from the last. A Job
+// that cannot be read (no RBAC for jobs, gone) keeps its own name, logged once.
+func (s *Server) ResolveJobs(ctx context.Context, now time.Time) {
+	if s.Kube == nil {
+		return
+	}
+	s.mu.Lock()
+	var todo []string
+	for _, o := range s.owners {
+		if _, done := s.jobParents[o.controller]; !done && isJob(o.controller) && !slices.Contains(todo, o.controller) && len(todo) < maxJobReads {
+			todo = append(todo, o.controller)
+		}
+	}
+	s.mu.Unlock()
+	for _, job := range todo {
+		ns, name := jobName(job)
+		kind, ctrl, err := s.Kube.JobController(ctx, ns, name)
+		parent := ""
+		switch {
+		case err != nil:
+			s.Log.Warn("cannot read an offline pod's Job: its pods are known by the Job alone", "job", job, "err", err)
+		case kind != "":
+			parent = ns + "/" + kind + "/" + ctrl
+		}
+		s.mu.Lock()
+		if s.jobParents == nil {
+			s.jobParents = map[string]jobParent{}
+		}
+		s.jobParents[job] = jobParent{parent, now}
+		if parent != "" {
+			for pod, o := range s.owners {
+				if o.controller == job {
+					o.controller = parent
+					s.owners[pod] = o
+					s.dirty = true
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// isJob says whether a controller key names a Job.
+func isJob(controller string) bool {
+	_, name := jobName(controller)
+	return name != ""
+}
+
+// jobName is the namespace and name of a "namespace/Job/name" key; "" for other kinds.
+func jobName(controller string) (ns, name string) {
+	ns, rest, _ := strings.Cut(controller, "/")
+	if name, ok := strings.CutPrefix(rest, "Job/"); ok {
+		return ns, name
+	}
+	return "", ""
 }
 
 // Learn takes the offline workloads the nodes report (validated reports, whose ids are
@@ -106,6 +182,11 @@ func (s *Server) Learn(reports []profile.NodeReport, now time.Time) {
 		if now.Sub(m.at) > ttl {
 			delete(s.measured, c)
 			s.dirty = true
+		}
+	}
+	for j, p := range s.jobParents {
+		if now.Sub(p.seen) > ttl {
+			delete(s.jobParents, j)
 		}
 	}
 }

@@ -1,11 +1,13 @@
 package extender
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +171,62 @@ func TestMeasuredSurviveARestart(t *testing.T) {
 	}
 	if err := r.LoadMeasured(filepath.Join(dir, "missing.json")); err != nil {
 		t.Errorf("a missing file: %v, want it read as empty", err)
+	}
+}
+
+// jobsAPI answers GET .../jobs/NAME with the owner references a CronJob's Jobs carry (for
+// names starting "nightly-"), none for others, and 403 for "secret-" ones.
+type jobsAPI struct{ reads []string }
+
+func (a *jobsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.reads = append(a.reads, r.Method+" "+r.URL.Path)
+	name := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+	switch {
+	case strings.HasPrefix(name, "secret-"):
+		w.WriteHeader(http.StatusForbidden)
+		w.Write([]byte(`{"kind":"Status","message":"jobs.batch \"secret-1\" is forbidden"}`))
+	case strings.HasPrefix(name, "nightly-"):
+		fmt.Fprintf(w, `{"metadata":{"name":%q,"namespace":"batch","ownerReferences":[{"apiVersion":"batch/v1","kind":"CronJob","name":"nightly","uid":"c-1","controller":true}]}}`, name)
+	default:
+		fmt.Fprintf(w, `{"metadata":{"name":%q,"namespace":"batch"}}`, name)
+	}
+}
+
+// A CronJob makes a new Job each run: with the Kubernetes API at hand, a Job's pods are
+// known by its CronJob, so each run is planned with what the last one measured. A Job that
+// cannot be read keeps its own name; each Job is read once.
+func TestCronJobRunsLearnFromTheLast(t *testing.T) {
+	s, ts := newTestServer(t)
+	api := &jobsAPI{}
+	s.Kube = newKubeFor(t, api)
+	ctx := context.Background()
+	measured := profile.Profile{GPUUtil: 95, MemBWUtil: 40, MemoryMiB: 9000, KernelUS: 3000}
+	for _, pod := range []struct{ name, job string }{{"nightly-1-a", "nightly-1"}, {"plain-a", "plain"}, {"secret-1-a", "secret-1"}} {
+		post(t, ts.URL+"/filter", offlinePod(pod.name, "Job "+pod.job, ""), nil)
+	}
+	s.ResolveJobs(ctx, time.Now())
+	s.Learn(running(
+		profile.Workload{ID: "batch/nightly-1-a", Profile: measured},
+		profile.Workload{ID: "batch/plain-a", Profile: measured},
+		profile.Workload{ID: "batch/secret-1-a", Profile: measured},
+	), time.Now())
+	// The next night's run, and other pods of the two other Jobs.
+	for _, pod := range []struct{ name, job string }{{"nightly-2-a", "nightly-2"}, {"plain-b", "plain"}, {"secret-1-b", "secret-1"}, {"secret-2-a", "secret-2"}} {
+		post(t, ts.URL+"/filter", offlinePod(pod.name, "Job "+pod.job, ""), nil)
+	}
+	s.ResolveJobs(ctx, time.Now())
+	s.ResolveJobs(ctx, time.Now()) // nothing new: no reads
+	got := map[string]float64{}
+	for _, j := range s.PendingJobs(time.Now()) {
+		got[j.ID] = j.Profile.KernelUS
+	}
+	want := map[string]float64{"batch/nightly-2-a": 3000, "batch/plain-b": 3000, "batch/secret-1-b": 3000, "batch/secret-2-a": 0}
+	for id, k := range want {
+		if got[id] != k {
+			t.Errorf("%s: kernel_us %v, want %v (pending: %v)", id, got[id], k, got)
+		}
+	}
+	if len(api.reads) != 5 || !slices.Contains(api.reads, "GET /apis/batch/v1/namespaces/batch/jobs/nightly-2") {
+		t.Errorf("API reads %q, want each of the five Jobs read once", api.reads)
 	}
 }

@@ -467,6 +467,7 @@ func runServe(ctx context.Context, args []string) error {
 				log.Info("recorded co-locations", "new", n, "file", *record)
 			}
 		}
+		srv.ResolveJobs(ctx, time.Now())
 		srv.Learn(rs, time.Now())
 		// The profiles move a little every round: written at most once a minute, and
 		// at shutdown.

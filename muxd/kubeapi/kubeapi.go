@@ -105,11 +105,23 @@ func (c *Client) Do(ctx context.Context, method, path, ctype string, body any) e
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.Server, "/")+path, bytes.NewReader(data))
+	return c.do(ctx, method, path, ctype, bytes.NewReader(data), nil)
+}
+
+// Get reads Server+path into out (JSON, at most 1 MiB); an answer outside 2xx is a
+// *StatusError.
+func (c *Client) Get(ctx context.Context, path string, out any) error {
+	return c.do(ctx, http.MethodGet, path, "", nil, out)
+}
+
+func (c *Client) do(ctx context.Context, method, path, ctype string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.Server, "/")+path, body)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", ctype)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
 	req.Header.Set("Accept", "application/json")
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -123,6 +135,12 @@ func (c *Client) Do(ctx context.Context, method, path, ctype string, body any) e
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 && out != nil {
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+			return fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
+		}
+		return nil
+	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode/100 == 2 {
 		return nil
