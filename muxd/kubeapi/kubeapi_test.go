@@ -24,6 +24,10 @@ func TestConnectAndDo(t *testing.T) {
 			w.WriteHeader(http.StatusUnauthorized)
 		case r.URL.EscapedPath() == "/api/v1/namespaces/ml/pods/a%2Fb/binding":
 			w.WriteHeader(http.StatusCreated)
+		case r.Method == http.MethodGet && r.URL.Path == "/apis/batch/v1/namespaces/ml/jobs/j":
+			w.Write([]byte(`{"metadata":{"name":"j"}}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/apis/batch/v1/namespaces/ml/jobs/garbled":
+			w.Write([]byte(`{"metadata":`))
 		default:
 			w.WriteHeader(http.StatusConflict)
 			w.Write([]byte(`{"kind":"Status","message":"Precondition failed: UID in precondition"}`))
@@ -43,5 +47,17 @@ func TestConnectAndDo(t *testing.T) {
 	var st *StatusError
 	if !errors.As(err, &st) || st.Code != http.StatusConflict || st.Message != "Precondition failed: UID in precondition" {
 		t.Errorf("a refused patch: %v, want a 409 StatusError carrying the API's message", err)
+	}
+	var job struct {
+		Metadata struct{ Name string } `json:"metadata"`
+	}
+	if err := c.Get(context.Background(), "/apis/batch/v1/namespaces/ml/jobs/j", &job); err != nil || job.Metadata.Name != "j" {
+		t.Errorf("get: %v, %+v", err, job)
+	}
+	if err := c.Get(context.Background(), "/apis/batch/v1/namespaces/ml/jobs/garbled", &job); err == nil {
+		t.Error("a garbled answer was decoded")
+	}
+	if err := c.Get(context.Background(), "/apis/batch/v1/namespaces/ml/jobs/gone", &job); !errors.As(err, &st) || st.Code != http.StatusConflict {
+		t.Errorf("a refused get: %v, want a StatusError", err)
 	}
 }
