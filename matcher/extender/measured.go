@@ -71,19 +71,27 @@ func (s *Server) noteOwner(pod string, controller string, now time.Time) {
 }
 
 // jobParent is what ResolveJobs read of a Job: its controller ("namespace/Kind/name"; ""
-// where it has none or could not be read).
+// where it has none or could not be read: failed, tried again after jobRetry).
 type jobParent struct {
 	parent string
 	seen   time.Time
+	failed bool
 }
 
-// maxJobReads bounds the Jobs ResolveJobs reads in one round.
-const maxJobReads = 32
+const (
+	// maxJobReads bounds the Jobs ResolveJobs reads in one round, and jobReadTimeout
+	// each read.
+	maxJobReads    = 32
+	jobReadTimeout = 5 * time.Second
+	// jobRetry is how long a Job that could not be read waits for another try.
+	jobRetry = 10 * time.Minute
+)
 
 // ResolveJobs reads, where the extender can use the Kubernetes API (Kube), the controller
 // of each pod's Job not read yet, and keeps the pod under it: a CronJob makes a new Job
 // for each run, so its runs are known by the CronJob, and each learns from the last. A Job
-// that cannot be read (no RBAC for jobs, gone) keeps its own name, logged once.
+// that cannot be read (no RBAC for jobs, the API down) keeps its own name meanwhile, with
+// a warning, and is tried again after jobRetry.
 func (s *Server) ResolveJobs(ctx context.Context, now time.Time) {
 	if s.Kube == nil {
 		return
@@ -91,18 +99,21 @@ func (s *Server) ResolveJobs(ctx context.Context, now time.Time) {
 	s.mu.Lock()
 	var todo []string
 	for _, o := range s.owners {
-		if _, done := s.jobParents[o.controller]; !done && isJob(o.controller) && !slices.Contains(todo, o.controller) && len(todo) < maxJobReads {
+		p, done := s.jobParents[o.controller]
+		if (!done || (p.failed && now.Sub(p.seen) > jobRetry)) && isJob(o.controller) && !slices.Contains(todo, o.controller) && len(todo) < maxJobReads {
 			todo = append(todo, o.controller)
 		}
 	}
 	s.mu.Unlock()
 	for _, job := range todo {
 		ns, name := jobName(job)
-		kind, ctrl, err := s.Kube.JobController(ctx, ns, name)
+		rctx, cancel := context.WithTimeout(ctx, jobReadTimeout)
+		kind, ctrl, err := s.Kube.JobController(rctx, ns, name)
+		cancel()
 		parent := ""
 		switch {
 		case err != nil:
-			s.Log.Warn("cannot read an offline pod's Job: its pods are known by the Job alone", "job", job, "err", err)
+			s.Log.Warn("cannot read an offline pod's Job: its pods are known by the Job alone for now", "job", job, "retry_in", jobRetry, "err", err)
 		case kind != "":
 			parent = ns + "/" + kind + "/" + ctrl
 		}
@@ -110,7 +121,7 @@ func (s *Server) ResolveJobs(ctx context.Context, now time.Time) {
 		if s.jobParents == nil {
 			s.jobParents = map[string]jobParent{}
 		}
-		s.jobParents[job] = jobParent{parent, now}
+		s.jobParents[job] = jobParent{parent, now, err != nil}
 		if parent != "" {
 			for pod, o := range s.owners {
 				if o.controller == job {

@@ -229,4 +229,9 @@ func TestCronJobRunsLearnFromTheLast(t *testing.T) {
 	if len(api.reads) != 5 || !slices.Contains(api.reads, "GET /apis/batch/v1/namespaces/batch/jobs/nightly-2") {
 		t.Errorf("API reads %q, want each of the five Jobs read once", api.reads)
 	}
+	// A Job that could not be read is tried again later.
+	s.ResolveJobs(ctx, time.Now().Add(jobRetry+time.Minute))
+	if n := len(api.reads); n != 7 {
+		t.Errorf("after %v, %d reads, want the two refused Jobs read again: %q", jobRetry, n, api.reads)
+	}
 }
