@@ -337,6 +337,11 @@ for p in $online_pods; do
 done
 [ "$(k get pods -l app=infer -o jsonpath='{.items[*].status.containerStatuses[0].restartCount}')" = "0 0" ] || fail "an online container restarted"
 log "kubectl delete $victim: online pods kept serving with 0 errors"
+# The Job replaces its pod (backoffLimit 1); muxmatch plans the new pod with what muxd
+# measured of the deleted one, kept under their Job.
+waitfor 60 "muxmatch planning train-a's next pod with what muxd measured of $victim" sh -c \
+	"grep 'pending pod planned with what the nodes measured of its controller' $W/logs/muxmatch.log | grep 'controller=default/Job/train-a' | grep -q 'measured_pod=default/$victim'"
+log "train-a's next pod planned with its Job's measured kernels: $(grep -o 'pending pod planned with what the nodes measured of its controller pod=default/train-a-[^ ]* .*' "$W/logs/muxmatch.log" | head -1)"
 
 # ---- 12. GPU fault: offline pods evicted through the Eviction API, online keeps running ----
 waitfor 120 "train-b Running" sh -c "kubectl --kubeconfig $W/kubeconfig get pods -l job=train-b --field-selector=status.phase=Running -o name | grep -q ."
