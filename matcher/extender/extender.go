@@ -115,12 +115,12 @@ func (s *Server) PendingJobs(now time.Time) []plan.Job {
 		}
 		j := p.job
 		if o, ok := s.owners[id]; ok {
-			if m, ok := s.measured[o.controller]; ok {
+			if m, ok := s.measured[o.Controller]; ok {
 				j.Profile = withMeasured(p, m)
 				if !p.told {
 					p.told = true
 					s.pending[id] = p
-					s.Log.Info("pending pod planned with what the nodes measured of its controller", "pod", id, "controller", o.controller, "measured_pod", m.pod, "kernel_us", j.Profile.KernelUS, "annotated", p.annotated)
+					s.Log.Info("pending pod planned with what the nodes measured of its controller", "pod", id, "controller", o.Controller, "measured_pod", m.Pod, "kernel_us", j.Profile.KernelUS, "annotated", p.annotated)
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,15 +32,16 @@ const DefaultMeasuredTTL = 24 * time.Hour
 
 // measured is a controller's profile as a node last reported it for one of its pods.
 type measured struct {
-	profile profile.Profile
-	pod     string
-	at      time.Time
+	Profile profile.Profile `json:"profile"`
+	Pod     string          `json:"pod"`
+	At      time.Time       `json:"at"`
 }
 
-// owner is a pod's controller, as the filter verb last saw the pod.
+// owner is a pod's controller, as the filter verb last saw the pod (or a node reported
+// it running).
 type owner struct {
-	controller string
-	seen       time.Time
+	Controller string    `json:"controller"`
+	Seen       time.Time `json:"seen"`
 }
 
 // controllerOf names a pod's controller "namespace/Kind/name"; "" when it has none.
@@ -64,7 +66,7 @@ func (s *Server) noteOwner(pod string, controller string, now time.Time) {
 	if s.owners == nil {
 		s.owners = map[string]owner{}
 	}
-	if s.owners[pod].controller != controller {
+	if s.owners[pod].Controller != controller {
 		s.dirty = true
 	}
 	s.owners[pod] = owner{controller, now}
@@ -99,9 +101,9 @@ func (s *Server) ResolveJobs(ctx context.Context, now time.Time) {
 	s.mu.Lock()
 	var todo []string
 	for _, o := range s.owners {
-		p, done := s.jobParents[o.controller]
-		if (!done || (p.failed && now.Sub(p.seen) > jobRetry)) && isJob(o.controller) && !slices.Contains(todo, o.controller) && len(todo) < maxJobReads {
-			todo = append(todo, o.controller)
+		p, done := s.jobParents[o.Controller]
+		if (!done || (p.failed && now.Sub(p.seen) > jobRetry)) && isJob(o.Controller) && !slices.Contains(todo, o.Controller) && len(todo) < maxJobReads {
+			todo = append(todo, o.Controller)
 		}
 	}
 	s.mu.Unlock()
@@ -124,8 +126,8 @@ func (s *Server) ResolveJobs(ctx context.Context, now time.Time) {
 		s.jobParents[job] = jobParent{parent, now, err != nil}
 		if parent != "" {
 			for pod, o := range s.owners {
-				if o.controller == job {
-					o.controller = parent
+				if o.Controller == job {
+					o.Controller = parent
 					s.owners[pod] = o
 					s.dirty = true
 				}
@@ -167,30 +169,30 @@ func (s *Server) Learn(reports []profile.NodeReport, now time.Time) {
 				if !ok {
 					continue
 				}
-				o.seen = now // a running pod keeps its controller known
+				o.Seen = now // a running pod keeps its controller known
 				s.owners[w.ID] = o
 				if s.measured == nil {
 					s.measured = map[string]measured{}
 				}
-				prev, had := s.measured[o.controller]
-				if !had || prev.pod != w.ID { // not each round: the figures move every round
-					s.Log.Info("measured offline profile remembered for its controller", "controller", o.controller, "pod", w.ID, "kernel_us", w.Profile.KernelUS)
+				prev, had := s.measured[o.Controller]
+				if !had || prev.Pod != w.ID { // not each round: the figures move every round
+					s.Log.Info("measured offline profile remembered for its controller", "controller", o.Controller, "pod", w.ID, "kernel_us", w.Profile.KernelUS)
 				}
-				if !had || !reflect.DeepEqual(prev.profile, w.Profile) || prev.pod != w.ID { // sm_activity is a pointer
+				if !had || !reflect.DeepEqual(prev.Profile, w.Profile) || prev.Pod != w.ID { // sm_activity is a pointer
 					s.dirty = true
 				}
-				s.measured[o.controller] = measured{w.Profile, w.ID, now}
+				s.measured[o.Controller] = measured{w.Profile, w.ID, now}
 			}
 		}
 	}
 	for id, o := range s.owners {
-		if now.Sub(o.seen) > ttl {
+		if now.Sub(o.Seen) > ttl {
 			delete(s.owners, id)
 			s.dirty = true
 		}
 	}
 	for c, m := range s.measured {
-		if now.Sub(m.at) > ttl {
+		if now.Sub(m.At) > ttl {
 			delete(s.measured, c)
 			s.dirty = true
 		}
@@ -202,33 +204,23 @@ func (s *Server) Learn(reports []profile.NodeReport, now time.Time) {
 	}
 }
 
-// measuredFile is the form SaveMeasured writes: the pods' controllers and what was
-// measured of each controller's pods, with the times the TTL counts from.
+// measuredFile is the form SaveMeasured writes and GET /v1/measured serves: the pods'
+// controllers and what was measured of each controller's pods, with the times the TTL
+// counts from.
 type measuredFile struct {
-	Version  int                     `json:"version"`
-	Owners   map[string]ownerJSON    `json:"owners"`
-	Measured map[string]measuredJSON `json:"measured"`
-}
-
-type ownerJSON struct {
-	Controller string    `json:"controller"`
-	Seen       time.Time `json:"seen"`
-}
-
-type measuredJSON struct {
-	Profile profile.Profile `json:"profile"`
-	Pod     string          `json:"pod"`
-	At      time.Time       `json:"at"`
+	Version  int                 `json:"version"`
+	Owners   map[string]owner    `json:"owners"`
+	Measured map[string]measured `json:"measured"`
 }
 
 // measuredSnapshot is what the server remembers, in the file's form. s.mu held.
 func (s *Server) measuredSnapshot() measuredFile {
-	f := measuredFile{Version: 1, Owners: map[string]ownerJSON{}, Measured: map[string]measuredJSON{}}
-	for id, o := range s.owners {
-		f.Owners[id] = ownerJSON{o.controller, o.seen}
+	f := measuredFile{Version: 1, Owners: maps.Clone(s.owners), Measured: maps.Clone(s.measured)}
+	if f.Owners == nil { // {} rather than null before anything was learnt
+		f.Owners = map[string]owner{}
 	}
-	for c, m := range s.measured {
-		f.Measured[c] = measuredJSON{m.profile, m.pod, m.at}
+	if f.Measured == nil {
+		f.Measured = map[string]measured{}
 	}
 	return f
 }
@@ -311,12 +303,12 @@ func (s *Server) LoadMeasured(path string) error {
 	}
 	for id, o := range f.Owners {
 		if _, ok := s.owners[id]; !ok {
-			s.owners[id] = owner{o.Controller, o.Seen}
+			s.owners[id] = o
 		}
 	}
 	for c, m := range f.Measured {
 		if _, ok := s.measured[c]; !ok {
-			s.measured[c] = measured{m.Profile, m.Pod, m.At}
+			s.measured[c] = m
 		}
 	}
 	return nil
@@ -327,11 +319,11 @@ func (s *Server) LoadMeasured(path string) error {
 // with the measured kernel length where it gives none.
 func withMeasured(p pendingJob, m measured) profile.Profile {
 	if !p.annotated {
-		return m.profile
+		return m.Profile
 	}
 	out := p.job.Profile
 	if out.KernelUS == 0 {
-		out.KernelUS = m.profile.KernelUS
+		out.KernelUS = m.Profile.KernelUS
 	}
 	return out
 }
