@@ -153,6 +153,10 @@ type Alloc struct {
 	// hold their launches for online work.
 	Fit    bool    `toml:"fit"`
 	FitMin Percent `toml:"fit_min"`
+	// Confine is the share of a GPU's SMs an offline container is confined to (a green
+	// context, through libxcuda) while muxd names it for kernels too long beside the
+	// online requests, with blocks that may take the SMs those need; 0 = never.
+	Confine Percent `toml:"confine"`
 }
 
 // Errors configures the mixed error handler.
@@ -336,6 +340,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.Alloc.GiveBack <= 0 {
 		add("alloc.give_back", "must be above 0%%")
+	}
+	if p.Alloc.Confine < 0 || p.Alloc.Confine >= 100 {
+		add("alloc.confine", "must be at least 0%% (never) and below 100%%, got %v%%", float64(p.Alloc.Confine))
 	}
 	if p.Alloc.FitMin < 1 || p.Alloc.FitMin > 100 {
 		add("alloc.fit_min", "must be between 1%% and 100%%, got %v%%", float64(p.Alloc.FitMin))

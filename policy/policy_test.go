@@ -70,6 +70,7 @@ func TestParseErrors(t *testing.T) {
 		{"range: hold linger under 1us", "[hold]\nlinger = \"500ns\"\n", []string{"line 2", "hold.linger", "0 (off) or between 1us and 10ms"}},
 		{"type: hold ahead", "[hold]\nahead = \"yes\"\n", []string{"line 2", "hold.ahead"}},
 		{"range: fit_min", "[alloc]\nfit_min = \"0%\"\n", []string{"line 2", "alloc.fit_min", "between 1% and 100%"}},
+		{"range: confine", "[alloc]\nconfine = \"100%\"\n", []string{"line 2", "alloc.confine", "below 100%"}},
 		{"type: fit", "[alloc]\nfit = \"yes\"\n", []string{"line 2", "alloc.fit"}},
 		{"class default", "[classify]\ndefault = \"batch\"\n", []string{"classify.default"}},
 		{"annotation key", "[classify]\nclass_annotation = \"a b\"\n", []string{"classify.class_annotation"}},

@@ -62,6 +62,10 @@ type Limits struct {
 	// Signal is what the container does with the node's GPU signal page (online-aware
 	// gating). Role and GPUs are read when a process starts; the hold policy on every hold.
 	Signal Signal
+	// ConfinePercent, while non-zero, confines the container's kernel launches to a green
+	// context of this percentage of their device's SMs (re-read every 32nd launch; see
+	// xcuda_ctl.h XCUDA_CONFINE_*). Usage says whether it took.
+	ConfinePercent uint32
 }
 
 // Signal is a container's part in online-aware gating (see SignalPage).
@@ -133,6 +137,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("unknown hold-ahead setting %d", l.Signal.Ahead)
 	case l.Signal.FitPercent > 100:
 		return fmt.Errorf("online fit percentage %d is above 100", l.Signal.FitPercent)
+	case l.ConfinePercent > 100:
+		return fmt.Errorf("confinement to %d%% of the SMs is above 100%%", l.ConfinePercent)
 	}
 	return nil
 }
@@ -161,6 +167,10 @@ type Usage struct {
 	InFlight         uint32
 	// OOMDenials counts allocations refused at the memory cap.
 	OOMDenials uint32
+	// ConfinedSMs and Confine are what became of Limits.ConfinePercent, as the process
+	// that last launched wrote it: the SMs its kernels may use (0: not confined) and why.
+	ConfinedSMs uint32
+	Confine     ConfineState
 	// OnlineHeld is the time launches waited because online work was published on the
 	// container's GPUs (part of Throttled).
 	OnlineHeld time.Duration
@@ -538,6 +548,7 @@ func fillLimits(r *rawLimits, l Limits) {
 	r.HoldAhead = uint32(l.Signal.Ahead)
 	r.OnlineFitPct = l.Signal.FitPercent
 	r.HoldLingerNS = uint64(l.Signal.Linger)
+	r.ConfinePct = l.ConfinePercent
 	for d := range MaxDevices {
 		r.MemLimit[d] = at(l.MemoryBytes, d)
 		r.MPSPinnedLimit[d] = at(l.MPSPinnedMemBytes, d)
@@ -563,6 +574,7 @@ func storeLimits(r *rawLimits, l Limits) {
 	atomic.StoreUint32(&r.HoldAhead, n.HoldAhead)
 	atomic.StoreUint32(&r.OnlineFitPct, n.OnlineFitPct)
 	atomic.StoreUint64(&r.HoldLingerNS, n.HoldLingerNS)
+	atomic.StoreUint32(&r.ConfinePct, n.ConfinePct)
 	for d := range MaxDevices {
 		atomic.StoreUint64(&r.MemLimit[d], n.MemLimit[d])
 		atomic.StoreUint64(&r.MPSPinnedLimit[d], n.MPSPinnedLimit[d])
@@ -590,6 +602,7 @@ func loadLimits(r *rawLimits) Limits {
 			FitPercent: atomic.LoadUint32(&r.OnlineFitPct),
 			Linger:     time.Duration(atomic.LoadUint64(&r.HoldLingerNS)),
 		},
+		ConfinePercent: atomic.LoadUint32(&r.ConfinePct),
 	}
 	for d := range MaxDevices {
 		l.MemoryBytes[d] = atomic.LoadUint64(&r.MemLimit[d])

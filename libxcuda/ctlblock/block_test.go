@@ -27,6 +27,8 @@ func TestLimitsValidate(t *testing.T) {
 		{"burst too big", Limits{Burst: 2 * time.Second}, true},
 		{"mps pct too big", Limits{MPSActiveThreadPercent: 101}, true},
 		{"bad policy", Limits{FailPolicy: 7}, true},
+		{"confined", Limits{ConfinePercent: 50}, false},
+		{"confined above the GPU", Limits{ConfinePercent: 101}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,6 +54,7 @@ func TestCreateSetReadRoundTrip(t *testing.T) {
 	next := Limits{
 		MemoryBytes: []uint64{512 << 20}, ShareBP: 3000, Paused: true, MaxInFlight: 2,
 		Burst: 5 * time.Millisecond, MPSActiveThreadPercent: 40, MPSPinnedMemBytes: []uint64{1 << 30},
+		ConfinePercent: 50,
 	}
 	if err := b.SetLimits(next); err != nil {
 		t.Fatalf("SetLimits: %v", err)

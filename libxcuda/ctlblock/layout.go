@@ -1,15 +1,47 @@
 package ctlblock
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // The raw structs below mirror libxcuda/include/xcuda_ctl.h field for
 // field; the `c` tag names the C field so TestLayoutMatchesHeader can
 // compare every offset and size with what gcc computes. Never reorder or
 // remove a field: the layout is append-only (use the reserved tails).
 
+// ConfineState is what became of an offline container's confinement (Limits.
+// ConfinePercent), as its libxcuda reports it (xcuda_ctl.h XCUDA_CONFINE_*).
+type ConfineState uint32
+
+const (
+	ConfineNone     ConfineState = 0 // not asked, or nothing launched since
+	ConfineOn       ConfineState = 1 // kernels go to a green context of ConfinedSMs SMs
+	ConfineNoDriver ConfineState = 2 // the driver has no green contexts
+	ConfineMPSPct   ConfineState = 3 // an MPS active-thread percentage below 100 overrides them
+	ConfineFailed   ConfineState = 4 // the driver refused the green context or a launch in it
+)
+
+// String is how muxctl and the logs say it.
+func (c ConfineState) String() string {
+	switch c {
+	case ConfineNone:
+		return "not confined"
+	case ConfineOn:
+		return "confined"
+	case ConfineNoDriver:
+		return "driver has no green contexts"
+	case ConfineMPSPct:
+		return "MPS percentage below 100 overrides green contexts"
+	case ConfineFailed:
+		return "green context refused by the driver"
+	}
+	return fmt.Sprintf("confinement state %d", uint32(c))
+}
+
 // Sizes and limits shared with the C header.
 const (
-	Version            = 9
+	Version            = 10
 	LimitsMagic        = 0x314d494c58554d58
 	UsageMagic         = 0x3147535558554d58
 	MaxDevices         = 16
@@ -114,7 +146,9 @@ type rawLimits struct {
 	HoldAhead          uint32             `c:"hold_ahead"`
 	OnlineFitPct       uint32             `c:"online_fit_pct"`
 	HoldLingerNS       uint64             `c:"hold_linger_ns"`
-	Reserved           [9]uint64          `c:"reserved"`
+	ConfinePct         uint32             `c:"confine_pct"`
+	Reserved32         uint32             `c:"reserved32"`
+	Reserved           [8]uint64          `c:"reserved"`
 }
 
 type rawProc struct {
@@ -149,7 +183,8 @@ type rawUsage struct {
 	OnlineWidth    [MaxDevices]uint32 `c:"online_width"`
 	MeasuredLaunch uint64             `c:"measured_launches"`
 	GPUTimeSqUS2   uint64             `c:"gpu_time_sq_us2"`
-	Reserved       [1]uint64          `c:"reserved"`
+	ConfinedSMs    uint32             `c:"confined_sms"`
+	ConfineState   uint32             `c:"confine_state"`
 	Procs          [MaxProcs]rawProc  `c:"procs"`
 }
 

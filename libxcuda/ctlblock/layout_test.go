@@ -142,6 +142,12 @@ func TestConstantsMatchHeader(t *testing.T) {
 		fmt.Sprintf("#define XCUDA_AHEAD_OFF %du", AheadOff),
 		fmt.Sprintf("#define XCUDA_DEFAULT_LINGER_NS %dull", DefaultLinger.Nanoseconds()),
 		fmt.Sprintf("#define XCUDA_LINGER_MAX_NS %dull", LingerMax.Nanoseconds()),
+		fmt.Sprintf("#define XCUDA_CONFINE_NONE %du", ConfineNone),
+		fmt.Sprintf("#define XCUDA_CONFINE_ON %du", ConfineOn),
+		fmt.Sprintf("#define XCUDA_CONFINE_NO_DRIVER %du", ConfineNoDriver),
+		fmt.Sprintf("#define XCUDA_CONFINE_MPS_PCT %du", ConfineMPSPct),
+		fmt.Sprintf("#define XCUDA_CONFINE_FAILED %du", ConfineFailed),
+		fmt.Sprintf("#define XCUDA_CONFINE_STATE_MAX %du", ConfineFailed),
 	} {
 		if !strings.Contains(string(hdr), want) {
 			t.Errorf("xcuda_ctl.h lacks %q", want)

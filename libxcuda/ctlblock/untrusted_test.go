@@ -270,3 +270,22 @@ func FuzzParseUsage(f *testing.F) {
 		}
 	})
 }
+
+// A container writes its confinement report: a state libxcuda never writes, or an SM
+// count no device has, is corrupt and clamped; a sound report reads back as written.
+func TestForgedConfinementIsCorrupt(t *testing.T) {
+	r := NewRawUsage()
+	r.ConfineState, r.ConfinedSMs = 9, 66
+	u, err := ParseUsage(r.Bytes(), time.Now())
+	if !errors.Is(err, ErrCorrupt) || u.Confine != ConfineFailed || u.ConfinedSMs != 0 {
+		t.Errorf("unknown state: err %v, read %v with %d SMs, want corrupt, %v, 0", err, u.Confine, u.ConfinedSMs, ConfineFailed)
+	}
+	r.ConfineState, r.ConfinedSMs = uint32(ConfineOn), math.MaxUint32
+	if u, err = ParseUsage(r.Bytes(), time.Now()); !errors.Is(err, ErrCorrupt) || u.ConfinedSMs != MaxPlausibleSMs {
+		t.Errorf("huge SM count: err %v, read %d, want corrupt and %d", err, u.ConfinedSMs, MaxPlausibleSMs)
+	}
+	r.ConfinedSMs = 66
+	if u, err = ParseUsage(r.Bytes(), time.Now()); err != nil || u.Confine != ConfineOn || u.ConfinedSMs != 66 {
+		t.Errorf("sound report: err %v, read %v with %d SMs", err, u.Confine, u.ConfinedSMs)
+	}
+}

@@ -40,6 +40,8 @@ const (
 	// MaxPlausibleInFlight bounds the launches in flight of a container: every process
 	// slot at the in-flight cap.
 	MaxPlausibleInFlight = MaxProcs * MaxInFlightCap
+	// MaxPlausibleSMs bounds a device's SM count (an H200 has 132).
+	MaxPlausibleSMs = 1024
 	// MaxPlausibleDuration bounds the time counters (throttled, GPU time): 100 years.
 	MaxPlausibleDuration = 100 * 365 * 24 * time.Hour
 	// MaxPID is the kernel's PID_MAX_LIMIT.
@@ -177,6 +179,15 @@ func parseRaw(r *rawUsage, n int, procs bool, now time.Time) (Usage, error) {
 		StickyErrors:     r.StickyErrors,
 		LastSticky:       r.LastSticky,
 		LastStickyAt:     timeVal("last sticky error time", -1, r.LastStickyNS),
+	}
+	out.ConfinedSMs, out.Confine = r.ConfinedSMs, ConfineState(r.ConfineState)
+	if out.Confine > ConfineFailed {
+		note("confinement state %d", r.ConfineState)
+		out.Confine, out.ConfinedSMs = ConfineFailed, 0
+	}
+	if out.ConfinedSMs > MaxPlausibleSMs {
+		note("%d confined SMs", r.ConfinedSMs)
+		out.ConfinedSMs = MaxPlausibleSMs
 	}
 	if out.InFlight > MaxPlausibleInFlight {
 		note("%d launches in flight", out.InFlight)

@@ -291,6 +291,37 @@ typedef struct CUexecAffinityParam_st {
     } param;
 } CUexecAffinityParam;
 
+/* ---- green contexts (CUDA 12.4): a set of the device's SMs that the kernels launched
+ * into the green context's streams are confined to; it shares the primary context's
+ * memory and modules. CUDA 13 appends fields to CUdevSmResource inside the same
+ * 48 bytes, so callers that run on newer drivers should leave room after a
+ * CUdevResource they hand over (libxcuda's confine.c does). ---- */
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
+
+typedef enum CUdevResourceType_enum {
+    CU_DEV_RESOURCE_TYPE_INVALID = 0,
+    CU_DEV_RESOURCE_TYPE_SM = 1
+} CUdevResourceType;
+
+typedef struct CUdevSmResource_st {
+    unsigned int smCount;
+} CUdevSmResource;
+
+#define RESOURCE_ABI_BYTES 48
+typedef struct CUdevResource_st {
+    CUdevResourceType type;
+    unsigned char _internal_padding[92];
+    union {
+        CUdevSmResource sm;
+        unsigned char _oversize[RESOURCE_ABI_BYTES];
+    };
+} CUdevResource;
+
+typedef enum CUgreenCtxCreate_flags_enum {
+    CU_GREEN_CTX_DEFAULT_STREAM = 0x1
+} CUgreenCtxCreate_flags;
+
 /* ---- streams and events ---- */
 typedef enum CUstream_flags_enum {
     CU_STREAM_DEFAULT = 0x0,
@@ -552,6 +583,20 @@ CUresult CUDAAPI cuCtxSynchronize(void);
 /* streams */
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
+CUresult CUDAAPI cuDeviceGetDevResource(CUdevice device, CUdevResource *resource,
+                                        CUdevResourceType type);
+CUresult CUDAAPI cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups,
+                                             const CUdevResource *input,
+                                             CUdevResource *remaining, unsigned int useFlags,
+                                             unsigned int minCount);
+CUresult CUDAAPI cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources,
+                                           unsigned int nbResources);
+CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                  unsigned int flags);
+CUresult CUDAAPI cuGreenCtxDestroy(CUgreenCtx hCtx);
+CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx);
+CUresult CUDAAPI cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx,
+                                        unsigned int flags, int priority);
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream);
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream);
 CUresult CUDAAPI cuStreamQuery(CUstream hStream);

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_CTL_VERSION 9u
+#define XCUDA_CTL_VERSION 10u
 #define XCUDA_LIMITS_MAGIC 0x314d494c58554d58ull /* "XMUXLIM1" little-endian */
 #define XCUDA_USAGE_MAGIC 0x3147535558554d58ull  /* "XMUXUSG1" little-endian */
 
@@ -92,6 +92,19 @@
 #define XCUDA_DEFAULT_LINGER_NS 500000ull /* 500 us */
 #define XCUDA_LINGER_MAX_NS 10000000ull   /* 10 ms */
 
+/* Version 10: confining an offline process's kernels to part of the SMs (limits
+ * confine_pct). MPS fixes a process's active-thread percentage when it creates its
+ * context; a green context (CUDA 12.4) is a set of SMs a process can launch into at any
+ * time, so muxd can confine a job whose kernels it has measured too long beside the
+ * online requests, and release it, while the job runs. usage confine_state says how it
+ * went: */
+#define XCUDA_CONFINE_NONE 0u      /* not asked, or not launched since */
+#define XCUDA_CONFINE_ON 1u        /* kernels go to a green context of confined_sms SMs */
+#define XCUDA_CONFINE_NO_DRIVER 2u /* the driver has no green contexts */
+#define XCUDA_CONFINE_MPS_PCT 3u   /* an MPS active-thread percentage below 100 overrides them */
+#define XCUDA_CONFINE_FAILED 4u    /* the driver refused the green context or a launch in it */
+#define XCUDA_CONFINE_STATE_MAX 4u
+
 typedef struct xcuda_header {
     uint64_t magic;   /* XCUDA_LIMITS_MAGIC or XCUDA_USAGE_MAGIC */
     uint32_t version; /* XCUDA_CTL_VERSION of the creator */
@@ -127,7 +140,12 @@ typedef struct xcuda_limits {
     uint32_t online_fit_pct;
     /* Version 7: see XCUDA_DEFAULT_LINGER_NS. Re-read on every hold. */
     uint64_t hold_linger_ns;
-    uint64_t reserved[9];
+    /* Version 10: while non-zero, an offline process launches its kernels into a green
+     * context holding this percentage of its device's SMs (XCUDA_CONFINE_*; re-read
+     * every 32nd launch). */
+    uint32_t confine_pct;
+    uint32_t reserved32;
+    uint64_t reserved[8];
 } xcuda_limits;
 
 /* One slot per live process of the container, claimed with a CAS on pid. */
@@ -187,7 +205,11 @@ typedef struct xcuda_usage {
      * the online busy periods (the signal page's busy_ns). Wraps, like any counter. */
     uint64_t measured_launches;
     uint64_t gpu_time_sq_us2;
-    uint64_t reserved[1];
+    /* Version 10: what became of limits confine_pct, written by the process that last
+     * launched: the SMs its confined kernels may use (0: none) and an XCUDA_CONFINE_*
+     * state. */
+    uint32_t confined_sms;
+    uint32_t confine_state;
     xcuda_proc procs[XCUDA_MAX_PROCS];
 } xcuda_usage;
 

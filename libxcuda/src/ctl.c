@@ -335,6 +335,7 @@ static void atfork_child(void)
     xc_mem_atfork_child();
     xc_gate_atfork_child();
     xc_graph_atfork_child();
+    xc_confine_atfork_child();
 }
 
 __attribute__((constructor)) static void xc_init(void)

@@ -395,21 +395,36 @@ void xc_graph_atfork_child(void)
 /* ---- launches ---- */
 
 /* one gated launch of the k execs g[0..k): what launch.c's slow path does for a kernel */
-static CUresult gated(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstream s)
+/* launch_all launches g[0..k) into s, or into a green context when this process is
+ * confined (confine.c), in order; the first error stops it. */
+static CUresult launch_all(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstream s,
+                           int ptsz)
 {
     CUresult r = CUDA_SUCCESS;
-    if (xc_gate_open() && !xc_signal_bounds()) {
-        for (unsigned i = 0; i < k && r == CUDA_SUCCESS; i++)
-            r = real(g[i], s);
-        return xc_note_sticky(r);
+    struct xc_confined c;
+    unsigned i = 0;
+    if (xc_confine_enter(s == NULL && ptsz ? CU_STREAM_PER_THREAD : s, 1, &c)) {
+        for (; i < k && r == CUDA_SUCCESS; i++)
+            r = real(g[i], c.to);
+        if (xc_confine_leave(&c, r))
+            i--, r = CUDA_SUCCESS; /* refused in the green context: that one again, in s */
     }
-    struct xc_ticket t;
-    CUresult gr = xc_gate_slow(s, &t);
-    if (gr != CUDA_SUCCESS)
-        return gr;
-    xc_tls_inside = 1;
-    for (unsigned i = 0; i < k && r == CUDA_SUCCESS; i++)
+    for (; i < k && r == CUDA_SUCCESS; i++)
         r = real(g[i], s);
+    return r;
+}
+
+static CUresult gated(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstream s, int ptsz)
+{
+    xc_confine_refresh();
+    struct xc_ticket t = {0, 0};
+    if (!xc_gate_open() || xc_signal_bounds()) {
+        CUresult gr = xc_gate_slow(s, &t);
+        if (gr != CUDA_SUCCESS)
+            return gr;
+    }
+    xc_tls_inside = 1;
+    CUresult r = launch_all(real, g, k, s, ptsz);
     xc_tls_inside = 0;
     xc_gate_done(s, &t, r);
     return xc_note_sticky(r);
@@ -451,7 +466,7 @@ static int capturing(CUstream s)
 }
 
 __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CUgraphExec g,
-                                                     CUstream s)
+                                                     CUstream s, int ptsz)
 {
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -461,13 +476,13 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
         return xc_note_sticky(real(g, s));
     xc_signal_launch();
     if (atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0)
-        return gated(real, &g, 1, s);
+        return gated(real, &g, 1, s, ptsz);
     /* Launches of a split graph are serialised here: they are a step's, not a kernel's. */
     pthread_mutex_lock(&splits_mu);
     struct split *sp = find_locked(g);
     if (sp == NULL) {
         pthread_mutex_unlock(&splits_mu);
-        return gated(real, &g, 1, s);
+        return gated(real, &g, 1, s, ptsz);
     }
     xc_tls_inside = 1;
     follows(sp, s);
@@ -476,13 +491,13 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
     xc_tls_inside = 0;
     CUresult r = CUDA_SUCCESS;
     if (!chunks) {
-        r = gated(real, &g, 1, s);
+        r = gated(real, &g, 1, s, ptsz);
     } else {
         unsigned k = sp->group;
         for (unsigned i = 0; i < sp->n && r == CUDA_SUCCESS; i += k) {
             if (i > 0)
                 xc_signal_launch();
-            r = gated(real, sp->chunks + i, sp->n - i < k ? sp->n - i : k, s);
+            r = gated(real, sp->chunks + i, sp->n - i < k ? sp->n - i : k, s, ptsz);
         }
         regroup(sp);
     }
@@ -493,12 +508,12 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
 }
 
 /* The fast path is launch.c's, with one more relaxed load: no split graph yet. */
-#define GRAPH_LAUNCH(name, field)                                                          \
+#define GRAPH_LAUNCH(name, field, ptsz)                                                    \
     XC_FAST_EXPORT(name, field, (CUgraphExec g, CUstream s), (g, s),                       \
                    (++xc_tls_launches & XC_FLUSH_MASK) != 0 &&                             \
                        atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0 && \
                        xc_gate_open() && xc_signal_quiet(),                                \
-                   graph_slow(XC_REAL(field), g, s))
+                   graph_slow(XC_REAL(field), g, s, ptsz))
 
-GRAPH_LAUNCH(cuGraphLaunch, cuGraphLaunch)
-GRAPH_LAUNCH(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz)
+GRAPH_LAUNCH(cuGraphLaunch, cuGraphLaunch, 0)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz, 1)

@@ -5,10 +5,12 @@
  * separate non-inlined function so the fast path saves no registers. */
 #include "xcuda.h"
 
-/* GATED(name, field, stream, width, (params...), (args...)) defines the exported
- * wrapper `name` over xc_real.field; width is a statement that notes the launch's shape
- * for online processes (width.c), on the slow path only. */
-#define GATED(name, field, stream, width, params, args)                       \
+/* GATED(name, field, stream, ptsz, width, redirect, (params...), (args...)) defines the
+ * exported wrapper `name` over xc_real.field; width is a statement that notes the
+ * launch's shape for online processes (width.c), on the slow path only; redirect is a
+ * statement that makes the launch go to the stream to_ (confine.c); ptsz: a null stream
+ * is the calling thread's. */
+#define GATED(name, field, stream, ptsz, width, redirect, params, args)      \
     __attribute__((noinline)) static CUresult slow_##name params              \
     {                                                                         \
         __typeof__(xc_real.field) real_ = XC_REAL(field);                     \
@@ -16,20 +18,35 @@
             return CUDA_ERROR_NOT_INITIALIZED;                                \
         if ((xc_tls_launches & XC_FLUSH_MASK) == 0)                           \
             xc_flush_launches();                                              \
-        if (!xc_tls_inside) {                                                 \
-            xc_signal_launch();                                               \
-            width;                                                            \
-        }                                                                     \
-        if ((xc_gate_open() && !xc_signal_bounds()) || xc_tls_inside)         \
+        if (xc_tls_inside)                                                    \
             return xc_note_sticky(real_ args);                                \
-        struct xc_ticket t_;                                                  \
-        CUresult g_ = xc_gate_slow((stream), &t_);                            \
-        if (g_ != CUDA_SUCCESS)                                               \
-            return g_;                                                        \
+        xc_signal_launch();                                                   \
+        width;                                                                \
+        xc_confine_refresh();                                                 \
+        CUstream orig_ = (stream);                                            \
+        struct xc_ticket t_ = {0, 0};                                         \
+        if (!xc_gate_open() || xc_signal_bounds()) {                          \
+            CUresult g_ = xc_gate_slow(orig_, &t_);                           \
+            if (g_ != CUDA_SUCCESS)                                           \
+                return g_;                                                    \
+        }                                                                     \
+        struct xc_confined c_;                                                \
         xc_tls_inside = 1;                                                    \
-        CUresult r_ = real_ args;                                             \
+        CUresult r_;                                                          \
+        if (xc_confine_enter(orig_ == NULL && (ptsz) ? CU_STREAM_PER_THREAD : orig_, 0, &c_)) { \
+            CUstream to_ = c_.to;                                             \
+            redirect;                                                         \
+            r_ = real_ args;                                                  \
+            if (xc_confine_leave(&c_, r_)) {                                  \
+                to_ = orig_;                                                  \
+                redirect;                                                     \
+                r_ = real_ args;                                              \
+            }                                                                 \
+        } else {                                                              \
+            r_ = real_ args;                                                  \
+        }                                                                     \
         xc_tls_inside = 0;                                                    \
-        xc_gate_done((stream), &t_, r_);                                      \
+        xc_gate_done(orig_, &t_, r_);                                         \
         return xc_note_sticky(r_);                                            \
     }                                                                         \
     XC_FAST_EXPORT(name, field, params, args,                                 \
@@ -55,11 +72,23 @@
     if (config)                                                               \
     xc_width_note(config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, \
                   config->blockDimY, config->blockDimZ)
-GATED(cuLaunchKernel, cuLaunchKernel, s, GRID_WIDTH, LAUNCH_PARAMS, LAUNCH_ARGS)
-GATED(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, s, GRID_WIDTH, LAUNCH_PARAMS, LAUNCH_ARGS)
-GATED(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, s, GRID_WIDTH, COOP_PARAMS, COOP_ARGS)
-GATED(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_ptsz, s, GRID_WIDTH, COOP_PARAMS,
+#define TO_S s = to_
+/* The configuration is the caller's (const): the confined launch takes a copy. */
+#define EX_TO                                                                 \
+    CUlaunchConfig cfg_;                                                      \
+    if (config) {                                                             \
+        cfg_ = *config;                                                       \
+        cfg_.hStream = to_;                                                   \
+        config = &cfg_;                                                       \
+    }
+GATED(cuLaunchKernel, cuLaunchKernel, s, 0, GRID_WIDTH, TO_S, LAUNCH_PARAMS, LAUNCH_ARGS)
+GATED(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, s, 1, GRID_WIDTH, TO_S, LAUNCH_PARAMS,
+      LAUNCH_ARGS)
+GATED(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, s, 0, GRID_WIDTH, TO_S, COOP_PARAMS,
       COOP_ARGS)
-GATED(cuLaunchKernelEx, cuLaunchKernelEx, EX_STREAM, EX_WIDTH, EX_PARAMS, EX_ARGS)
-GATED(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_ptsz, EX_STREAM, EX_WIDTH, EX_PARAMS, EX_ARGS)
+GATED(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_ptsz, s, 1, GRID_WIDTH, TO_S,
+      COOP_PARAMS, COOP_ARGS)
+GATED(cuLaunchKernelEx, cuLaunchKernelEx, EX_STREAM, 0, EX_WIDTH, EX_TO, EX_PARAMS, EX_ARGS)
+GATED(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_ptsz, EX_STREAM, 1, EX_WIDTH, EX_TO, EX_PARAMS,
+      EX_ARGS)
 /* cuGraphLaunch and cuGraphLaunch_ptsz are in graph.c. */

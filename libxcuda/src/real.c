@@ -131,6 +131,13 @@ static void do_resolve(void)
     GET(cuGraphDestroyNode, "cuGraphDestroyNode");
     GET(cuGraphDestroy, "cuGraphDestroy");
     GET(cuStreamWaitEvent, "cuStreamWaitEvent");
+    GET(cuDeviceGetDevResource, "cuDeviceGetDevResource");
+    GET(cuDevSmResourceSplitByCount, "cuDevSmResourceSplitByCount");
+    GET(cuDevResourceGenerateDesc, "cuDevResourceGenerateDesc");
+    GET(cuGreenCtxCreate, "cuGreenCtxCreate");
+    GET(cuGreenCtxDestroy, "cuGreenCtxDestroy");
+    GET(cuCtxFromGreenCtx, "cuCtxFromGreenCtx");
+    GET(cuGreenCtxStreamCreate, "cuGreenCtxStreamCreate");
     GET(cuGetProcAddress_v2, "cuGetProcAddress_v2");
     GET(cuGetProcAddress_v1, "cuGetProcAddress");
     atomic_store_explicit(&xc_resolved, 1, memory_order_release);

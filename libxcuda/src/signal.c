@@ -57,7 +57,7 @@ static void follow_slow(int on)
 {
     if (xc_sig.pub || xc_sig.n != 1)
         return; /* several slots: w0 is never_quiet for good */
-    const uint64_t *want = on ? &never_quiet[0] : xc_sig.w[0];
+    const uint64_t *want = on || xc_confine_wanted() ? &never_quiet[0] : xc_sig.w[0];
     if (XC_LOAD(&xc_sig.w0) != want)
         XC_STORE(&xc_sig.w0, want);
 }
@@ -644,6 +644,16 @@ void xc_signal_note_ended(void)
     XC_STORE(&online_seen, last);
     if (!xc_signal_fitted())
         follow_slow(1);
+}
+
+void xc_signal_confined(int on)
+{
+    if (xc_sig.pub)
+        return;
+    if (xc_sig.n == 0) /* no signal page: w0 is otherwise unset */
+        XC_STORE(&xc_sig.w0, on ? &never_quiet[0] : NULL);
+    else
+        follow_slow(on);
 }
 
 int xc_signal_bounds_slow(void)

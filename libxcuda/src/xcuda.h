@@ -9,6 +9,7 @@
  *   signals.c  SIGINT/SIGTERM drain
  *   signal.c   online-aware gating through the node's GPU signal page
  *   graph.c    CUDA graphs: instantiation, and long graphs launched in chunks
+ *   confine.c  an offline process's kernels confined to part of the SMs (green contexts)
  */
 #ifndef XCUDA_INTERNAL_H
 #define XCUDA_INTERNAL_H
@@ -163,6 +164,15 @@ struct xc_real {
     CUresult (*cuGraphDestroyNode)(CUgraphNode);
     CUresult (*cuGraphDestroy)(CUgraph);
     CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+    /* green contexts, CUDA 12.4+ (confine.c); NULL on older drivers */
+    CUresult (*cuDeviceGetDevResource)(CUdevice, CUdevResource *, CUdevResourceType);
+    CUresult (*cuDevSmResourceSplitByCount)(CUdevResource *, unsigned *, const CUdevResource *,
+                                            CUdevResource *, unsigned, unsigned);
+    CUresult (*cuDevResourceGenerateDesc)(CUdevResourceDesc *, CUdevResource *, unsigned);
+    CUresult (*cuGreenCtxCreate)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned);
+    CUresult (*cuGreenCtxDestroy)(CUgreenCtx);
+    CUresult (*cuCtxFromGreenCtx)(CUcontext *, CUgreenCtx);
+    CUresult (*cuGreenCtxStreamCreate)(CUstream *, CUgreenCtx, unsigned, int);
     xc_gpa2_fn cuGetProcAddress_v2;
     xc_gpa1_fn cuGetProcAddress_v1;
 };
@@ -366,6 +376,8 @@ static inline int xc_signal_quiet(void)
 /* What w0 points at when the fast path must not be taken (see signal.c). */
 extern const uint64_t xc_never_quiet[2];
 int xc_signal_bounds_slow(void);
+/* A confined follower takes the slow path on every launch (confine.c). */
+void xc_signal_confined(int on);
 /* Offline, online work seen within XCUDA_SHRINK_NS: launches are measured and their
  * outstanding GPU time bounded (the queue budget) even when the gate is open. A
  * follower with one slot has w0 switched to xc_never_quiet exactly then. */
@@ -377,6 +389,26 @@ static inline int xc_signal_bounds(void)
         return XC_LOAD(&xc_sig.w0) == &xc_never_quiet[0];
     return xc_signal_bounds_slow();
 }
+
+/* ---- confine.c ---- */
+struct green;
+/* A launch on its way into a green context (xc_confine_enter .. xc_confine_leave). */
+struct xc_confined {
+    int active, graph;
+    CUstream from, to; /* the stream it was meant for, the one it goes to */
+    struct green *gr;
+};
+/* Re-reads limits confine_pct (offline processes; every slow-path launch). */
+void xc_confine_refresh(void);
+/* Whether this process's kernels are to be confined (the last refresh said so). */
+int xc_confine_wanted(void);
+/* Before a launch meant for s (graph: a cuGraphLaunch): c->to is the stream to launch
+ * into, a green context's when confined (then 1, and the confinement lock is held). */
+int xc_confine_enter(CUstream s, int graph, struct xc_confined *c);
+/* After the launch into c->to returned r: orders s after it, or, where the driver
+ * refused it in the green context, returns 1: launch it again into c->from. */
+int xc_confine_leave(struct xc_confined *c, CUresult r);
+void xc_confine_atfork_child(void);
 
 /* ---- graph.c ---- */
 /* Wrappers whose exported names NVIDIA's header maps to other ones, does not declare, or

@@ -160,6 +160,9 @@ type Ceiling struct {
 	// "paused" or "waiting for its turn" (alloc.FitHeld's turns: it launches nothing
 	// until then).
 	BoundBy string `json:"bound_by"`
+	// ConfinePercent, when set, is the share of its GPU's SMs its kernels are confined to
+	// (KernelRisk.ConfinePercent).
+	ConfinePercent uint32 `json:"confine_percent,omitempty"`
 }
 
 // Usage is what a container's processes report through libxcuda's control block.
@@ -450,6 +453,9 @@ type KernelRisk struct {
 	OnlineRequest    time.Duration `json:"online_request_ns"`
 	Ratio            float64       `json:"ratio"`
 	MemoryBus        bool          `json:"memory_bus,omitempty"`
+	// ConfinePercent is the share of the GPU's SMs muxd confines its kernels to while it
+	// is named (policy alloc.confine; 0: not confined).
+	ConfinePercent uint32 `json:"confine_percent,omitempty"`
 }
 
 // String is the risk in one sentence, with what to do about it.
@@ -458,6 +464,10 @@ func (r KernelRisk) String() string {
 	if r.MemoryBus {
 		why = "the two together ask for more memory bandwidth than the GPU has"
 	}
-	return fmt.Sprintf("a request that meets one of its kernels waits for up to %v, %.0f× an online request (%v), and %s: whatever the offline share; confine it (muxflow.io/sm-percent) or pair it with another service",
-		r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineRequest.Round(time.Microsecond), why)
+	cure := "confine it (muxflow.io/sm-percent) or pair it with another service"
+	if r.ConfinePercent > 0 {
+		cure = fmt.Sprintf("muxd confines its kernels to %d%% of the SMs while it is named; muxflow.io/sm-percent confines it from its start, or pair it with another service", r.ConfinePercent)
+	}
+	return fmt.Sprintf("a request that meets one of its kernels waits for up to %v, %.0f× an online request (%v), and %s: whatever the offline share; %s",
+		r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineRequest.Round(time.Microsecond), why, cure)
 }

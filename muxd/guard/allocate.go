@@ -30,7 +30,7 @@ type demand struct {
 
 // allocate steps every GPU's allocator for this period (dt seconds after the previous
 // one) and publishes its decisions; the decisions come back in the order of sv.views.
-func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time) []alloc.Decision {
+func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, p *policy.Policy, now time.Time) []alloc.Decision {
 	// The measurements first, outside the lock: attribution follows /proc links.
 	ds := g.loop.demands[:0]
 	for _, v := range sv.views {
@@ -45,6 +45,11 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 	fits := g.loop.fits[:0]
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.loop.confine == nil {
+		g.loop.confine = map[string]uint32{}
+	}
+	clear(g.loop.confine)
+	confine := uint32(math.Round(float64(p.Alloc.Confine)))
 	for i, v := range sv.views {
 		uuid := v.status.UUID
 		in := alloc.Input{Now: now, Online: len(v.online) > 0, Health: healthOf(v.status.State)}
@@ -83,7 +88,7 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, now time.Time)
 		g.noteChange(st, v, d, now)
 		out = append(out, d)
 		fits = append(fits, g.fitMPS(v, st, d, r.widths[uuid], ds[i].bus, now))
-		g.kernelRisks(v, st, &fits[len(fits)-1])
+		g.kernelRisks(v, st, &fits[len(fits)-1], confine, now)
 	}
 	g.loop.decisions, g.loop.fits = out, fits
 	return out
@@ -390,6 +395,7 @@ func (g *Guard) applyCeilings(sv *stepView, decisions []alloc.Decision, p *polic
 	}
 	for id, c := range cp.ceilings {
 		c.MPSThreadPercent = mpsPercent(cp.mpsPart[id])
+		c.ConfinePercent = g.loop.confine[id]
 		if cp.fits[id] && !cp.paused[id] {
 			// what its processes were counted at: those started at a larger part, before
 			// their neighbours came, fit where that was counted; a part that grew this
@@ -452,13 +458,13 @@ func (g *Guard) apply(id string, c api.Ceiling, paused bool) {
 	if b == nil {
 		return
 	}
-	want := gate{block: b, shareBP: uint32(math.Floor(c.Percent/100*ctlblock.ShareFull + 1e-6)), paused: paused, mps: c.MPSThreadPercent, fit: c.FitPercent}
+	want := gate{block: b, shareBP: uint32(math.Floor(c.Percent/100*ctlblock.ShareFull + 1e-6)), paused: paused, mps: c.MPSThreadPercent, fit: c.FitPercent, confine: c.ConfinePercent}
 	if g.loop.applied[id] == want {
 		return // this block holds it since the guard wrote it (only the guard changes these)
 	}
 	l := b.Limits()
-	if l.ShareBP != want.shareBP || l.Paused != paused || l.MPSActiveThreadPercent != want.mps || l.Signal.FitPercent != want.fit {
-		l.ShareBP, l.Paused, l.MPSActiveThreadPercent, l.Signal.FitPercent = want.shareBP, paused, want.mps, want.fit
+	if l.ShareBP != want.shareBP || l.Paused != paused || l.MPSActiveThreadPercent != want.mps || l.Signal.FitPercent != want.fit || l.ConfinePercent != want.confine {
+		l.ShareBP, l.Paused, l.MPSActiveThreadPercent, l.Signal.FitPercent, l.ConfinePercent = want.shareBP, paused, want.mps, want.fit, want.confine
 		if err := b.SetLimits(l); err != nil {
 			g.Log.Error("cannot set offline share", "id", id, "err", err)
 			delete(g.loop.applied, id)
@@ -479,6 +485,7 @@ type gate struct {
 	paused  bool
 	mps     uint32
 	fit     uint32
+	confine uint32
 }
 
 // mpsPercent turns a part of the GPU (0..1) into an MPS active-thread percentage with the

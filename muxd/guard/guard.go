@@ -108,6 +108,9 @@ type loopState struct {
 	given map[string]uint32
 	// waited is, per offline container, when it last waited for its turn (fitHeld).
 	waited map[string]time.Time
+	// confine is this period's confinement per offline container: the share of its
+	// GPU's SMs (percent) libxcuda is to confine its kernels to (kernelRisks).
+	confine map[string]uint32
 
 	// Buffers of one period, kept so that a period allocates little.
 	view      stepView
@@ -148,6 +151,9 @@ type gpuState struct {
 	// online requests (kernelRisks); risky the ids among them an event was recorded for.
 	risks []api.KernelRisk
 	risky map[string]bool
+	// confined is when each offline container confined for its kernels was last named
+	// (kernelRisks): it stays confined ConfineHold after.
+	confined map[string]time.Time
 	// span is the online busy periods' mean length (the signal page's), busy its
 	// counters at the last read.
 	span alloc.BusySpan
@@ -328,7 +334,7 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 	dt := g.begin(p, now)
 	sv := g.sampleView()
 	reads := g.readUsage(ctx, sv, dt, p, now)
-	decisions := g.allocate(sv, reads, dt, now)
+	decisions := g.allocate(sv, reads, dt, p, now)
 	g.applyCeilings(sv, decisions, p)
 	g.handleHealth(ctx, sv, p)
 	g.stickyErrors(ctx, sv, reads, p, now)

@@ -19,9 +19,17 @@ import (
 // share.
 // The guard measures both lengths, reports such a container in the GPU's status,
 // records an event when it becomes one and logs when it stops being one (its kernels got
-// shorter, or it left); it changes nothing itself (MPS fixes a
-// process's SMs when its context is created, and the cure, confining the job or pairing
-// it elsewhere, is the operator's or the matcher's).
+// shorter, or it left). MPS fixes a process's SMs when its context is created; where its
+// blocks may hold the SMs the online kernels need, the guard confines its kernels while it
+// is named, and ConfineHold after, to the policy's alloc.confine of the SMs (libxcuda
+// launches them into a green context of that size), so that an online kernel arriving
+// while one runs finds the rest free. A risk of the memory bus is not confined (fewer SMs
+// move as many bytes), and pairing the job elsewhere stays the matcher's cure.
+
+// ConfineHold is how long an offline container stays confined after it was last named:
+// a period without a measurement (the service idle, the job between steps) does not
+// release it.
+const ConfineHold = 5 * time.Second
 
 // measured is an offline container's libxcuda-measured GPU time, its squares and its
 // launch count at its last usage read.
@@ -79,8 +87,9 @@ func (g *Guard) observeSpans(v gpuView, st *gpuState) {
 
 // kernelRisks lists the GPU's offline containers whose kernels no share keeps from
 // delaying the online requests (f: this period's MPS fit), records an event for each one
-// that became one, logs each that stopped, and keeps the list in st. g.mu held.
-func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit) {
+// that became one, logs each that stopped, keeps the list in st, and confines those named
+// for their SMs to confine percent of them (0: none; g.loop.confine). g.mu held.
+func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, confine uint32, now time.Time) {
 	risks := st.risks[:0]
 	if len(v.online) == 0 {
 		st.span, st.busy = alloc.BusySpan{}, busy{} // the next service starts afresh
@@ -107,6 +116,7 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit) {
 		}
 	}
 	uuid := v.status.UUID
+	g.confineRisks(v, st, risks, confine, now)
 	for _, r := range risks {
 		if st.risky[r.ID] {
 			continue
@@ -126,6 +136,39 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit) {
 		}
 	}
 	st.risks = risks
+}
+
+// confineRisks keeps st.confined (when each container was last named for its SMs) and
+// marks this period's confinements in g.loop.confine and in the risks. A container no
+// longer on the GPU, or a GPU with no online container, is released at once. g.mu held.
+func (g *Guard) confineRisks(v gpuView, st *gpuState, risks []api.KernelRisk, confine uint32, now time.Time) {
+	if confine > 0 && len(v.online) > 0 {
+		for _, r := range risks {
+			if r.MemoryBus {
+				continue
+			}
+			if st.confined == nil {
+				st.confined = map[string]time.Time{}
+			}
+			if _, was := st.confined[r.ID]; !was {
+				g.Log.Warn("offline container confined to part of the SMs while its kernels are too long beside the online requests",
+					"gpu", v.status.UUID, "id", r.ID, "sm_percent", confine)
+			}
+			st.confined[r.ID] = now
+		}
+	}
+	for id, at := range st.confined {
+		here := slices.ContainsFunc(v.offline, func(c api.Container) bool { return c.ID == id })
+		if confine == 0 || len(v.online) == 0 || !here || now.Sub(at) > ConfineHold || now.Before(at) {
+			delete(st.confined, id)
+			g.Log.Info("offline container no longer confined", "gpu", v.status.UUID, "id", id)
+			continue
+		}
+		g.loop.confine[id] = confine
+	}
+	for i := range risks {
+		risks[i].ConfinePercent = g.loop.confine[risks[i].ID]
+	}
 }
 
 // observeKernels gives the profiler what the guard knows of a container's kernels on

@@ -11,6 +11,7 @@ import (
 	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/workloadprofile"
+	"github.com/muxflow/muxflow/policy"
 )
 
 // busyBlocks adds the signal page's online busy periods to the fixture's blocks.
@@ -32,7 +33,14 @@ func (b *busyBlocks) OnlineBusy(i int) (uint64, uint64) {
 // SMs, ten measured launches of kernel a period).
 func kernelFixture(t *testing.T, width, started uint32, request, kernel time.Duration) *fixture {
 	t.Helper()
+	return kernelFixtureWith(t, policy.Default(), width, started, request, kernel)
+}
+
+// kernelFixtureWith is kernelFixture under policy p.
+func kernelFixtureWith(t *testing.T, p *policy.Policy, width, started uint32, request, kernel time.Duration) *fixture {
+	t.Helper()
 	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	f.g.Policy = func() *policy.Policy { return p }
 	f.startedAt(t, "train", started)
 	bb := &busyBlocks{fakeBlocks: f.blk}
 	f.g.Blocks = bb
@@ -179,5 +187,63 @@ func TestKernelRisksFromHostileCounters(t *testing.T) {
 		if r.OfflineKernel < 0 || r.OfflineKernel > 10*time.Second || r.OnlineRequest < 0 || r.OnlineRequest > 10*time.Second {
 			t.Errorf("hostile counters gave %+v", r)
 		}
+	}
+}
+
+// Issue 14, the shape no share protects: a job named for kernels too long beside the
+// online requests, with blocks that may hold the SMs those need, is confined to the
+// policy's alloc.confine of the SMs while it is named (its block's confine_pct, which
+// libxcuda turns into a green context), says so in its ceiling, its risk and the event,
+// and is released ConfineHold after its kernels stop being too long. A job named for the
+// memory bus alone is not confined (fewer SMs move as many bytes), nor is any job under
+// alloc.confine = 0%.
+func TestRiskyJobIsConfined(t *testing.T) {
+	confine := func(f *fixture) uint32 { return f.blk["train"].Limits().ConfinePercent }
+	f := kernelFixture(t, 10000, 100, 100*time.Microsecond, 3*time.Millisecond)
+	st := f.status(t, "GPU-a")
+	if got := confine(f); got != 50 {
+		t.Fatalf("named job's block confine_pct %d, want the default policy's 50", got)
+	}
+	if c, _ := f.g.Ceiling("train"); len(st.KernelRisks) != 1 || st.KernelRisks[0].ConfinePercent != 50 || c.ConfinePercent != 50 {
+		t.Errorf("risks %+v, ceiling %+v: want both to say 50%%", st.KernelRisks, c)
+	}
+	if len(f.mon.events) != 1 || !strings.Contains(f.mon.events[0], "muxd confines its kernels to 50% of the SMs while it is named") {
+		t.Errorf("events %q, want the one event to say it is confined", f.mon.events)
+	}
+	// Its kernels get short: the risk ends within a few seconds, the confinement
+	// ConfineHold after the last period that named it.
+	now := time.Now().Add(4 * time.Second)
+	bb := f.g.Blocks.(*busyBlocks)
+	named, released := time.Duration(-1), time.Duration(-1)
+	for i := range 400 {
+		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) { r.Launches += 200 })
+		bb.ns, bb.spans = bb.ns+10*uint64(100*time.Microsecond), bb.spans+10
+		f.launchKernels(t, "train", 10, 50*time.Microsecond)
+		at := time.Duration(i) * 100 * time.Millisecond
+		f.g.Step(context.Background(), now.Add(at))
+		if len(f.status(t, "GPU-a").KernelRisks) == 1 {
+			named = at
+		}
+		if released < 0 && confine(f) == 0 {
+			released = at
+		}
+	}
+	if named < 0 || released-named < ConfineHold || released-named > ConfineHold+200*time.Millisecond {
+		t.Errorf("last named at %v, released at %v: want released %v after", named, released, ConfineHold)
+	}
+
+	// The same job, named for the memory bus only: its percentage leaves the online
+	// kernels room, but the two overfill the bus.
+	f = kernelFixture(t, 6000, 40, 100*time.Microsecond, 3*time.Millisecond)
+	if got := confine(f); got != 0 {
+		t.Errorf("a job in the room the online kernels leave: confine_pct %d, want 0", got)
+	}
+
+	// alloc.confine = 0%: named, not confined.
+	p := policy.Default()
+	p.Alloc.Confine = 0
+	g := kernelFixtureWith(t, p, 10000, 100, 100*time.Microsecond, 3*time.Millisecond)
+	if st := g.status(t, "GPU-a"); len(st.KernelRisks) != 1 || st.KernelRisks[0].ConfinePercent != 0 || confine(g) != 0 {
+		t.Errorf("under alloc.confine = 0%%: risks %+v, confine_pct %d; want named and not confined", st.KernelRisks, confine(g))
 	}
 }
