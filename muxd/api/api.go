@@ -178,9 +178,14 @@ type Usage struct {
 	StickyErrors uint32 `json:"sticky_errors,omitempty"`
 	Processes    int    `json:"processes"`
 	// SharePercent is the GPU-time share muxd currently allows (100 = not throttled).
-	SharePercent float64   `json:"share_percent"`
-	Paused       bool      `json:"paused,omitempty"`
-	Heartbeat    time.Time `json:"heartbeat,omitzero"`
+	SharePercent float64 `json:"share_percent"`
+	Paused       bool    `json:"paused,omitempty"`
+	// Confine is what its processes' libxcuda made of a confinement (Ceiling.
+	// ConfinePercent): "confined" to ConfinedSMs SMs, or why not; empty when none was
+	// asked or reported.
+	Confine     string    `json:"confine,omitempty"`
+	ConfinedSMs uint32    `json:"confined_sms,omitempty"`
+	Heartbeat   time.Time `json:"heartbeat,omitzero"`
 }
 
 // GPU is one device in muxd's inventory.

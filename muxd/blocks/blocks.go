@@ -338,6 +338,9 @@ func (m *Manager) Usage(id string) *api.Usage {
 		SharePercent: float64(l.ShareBP) / 100,
 		Paused:       l.Paused,
 	}
+	if l.ConfinePercent > 0 || u.Confine != ctlblock.ConfineNone {
+		out.ConfinedSMs, out.Confine = u.ConfinedSMs, u.Confine.String()
+	}
 	out.ReservedBytes = u.TotalReserved() // saturating: 16 × 2⁶³ is not 0
 	if !u.Heartbeat.IsZero() {
 		out.Heartbeat = u.Heartbeat.UTC().Truncate(time.Millisecond)

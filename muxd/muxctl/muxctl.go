@@ -277,6 +277,9 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 			if ce.FitPercent > 0 {
 				mps += " (fits)"
 			}
+			if ce.ConfinePercent > 0 {
+				mps += confinement(ce.ConfinePercent, c.Usage)
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(c.ID), c.Class, c.State, pid,
 			strings.Join(c.GPUs, ","), mem, sm, used, share, mps, launches, throttled, now.Sub(c.Registered).Truncate(time.Second))
@@ -285,6 +288,18 @@ func writeStatus(stdout io.Writer, st Status, now time.Time) error {
 		fmt.Fprintln(tw, "(none)")
 	}
 	return tw.Flush()
+}
+
+// confinement says how a container's kernels are confined to part of the SMs: asked for
+// pct of them, and what its libxcuda made of it (" confined to 72 SMs", or why not).
+func confinement(pct uint32, u *api.Usage) string {
+	switch {
+	case u == nil || u.Confine == "" || u.Confine == "not confined":
+		return fmt.Sprintf(", confine %d%% (not launched since)", pct)
+	case u.ConfinedSMs > 0:
+		return fmt.Sprintf(", confined to %d SMs (%d%%)", u.ConfinedSMs, pct)
+	}
+	return fmt.Sprintf(", confine %d%%: %s", pct, u.Confine)
 }
 
 // offlineCeiling says how a GPU's offline ceiling is shared: each container that fits the

@@ -254,6 +254,15 @@ func TestStatusShowsKernelRisks(t *testing.T) {
 			{ID: "train", OfflineKernel: 3 * time.Millisecond, OfflinePerLaunch: time.Millisecond, OnlineRequest: 240 * time.Microsecond, Ratio: 12.5}}},
 		{Index: 1, UUID: "GPU-b", Health: "healthy", KernelRisks: []api.KernelRisk{
 			{ID: "etl", OfflineKernel: 4 * time.Millisecond, OfflinePerLaunch: 4 * time.Millisecond, OnlineRequest: 800 * time.Microsecond, Ratio: 5, MemoryBus: true}}},
+		{Index: 2, UUID: "GPU-c", Health: "healthy", KernelRisks: []api.KernelRisk{
+			{ID: "sim", OfflineKernel: 3 * time.Millisecond, OfflinePerLaunch: time.Millisecond, OnlineRequest: 240 * time.Microsecond, Ratio: 12.5, ConfinePercent: 50}}},
+	}, Containers: []api.Container{
+		{RegisterRequest: api.RegisterRequest{ID: "sim", Class: api.Offline, GPUs: []string{"2"}}, State: api.StateRunning, Registered: now,
+			Ceiling: &api.Ceiling{Percent: 90, BoundBy: "GPU budget", MPSThreadPercent: 100, ConfinePercent: 50},
+			Usage:   &api.Usage{SharePercent: 90, Confine: "confined", ConfinedSMs: 72}},
+		{RegisterRequest: api.RegisterRequest{ID: "old", Class: api.Offline, GPUs: []string{"2"}}, State: api.StateRunning, Registered: now,
+			Ceiling: &api.Ceiling{Percent: 90, BoundBy: "GPU budget", MPSThreadPercent: 100, ConfinePercent: 50},
+			Usage:   &api.Usage{SharePercent: 90, Confine: "driver has no green contexts"}},
 	}}
 	var out bytes.Buffer
 	if err := writeStatus(&out, st, now); err != nil {
@@ -263,6 +272,9 @@ func TestStatusShowsKernelRisks(t *testing.T) {
 		"GPU 0 online at risk: offline train: a request that meets one of its kernels waits for up to 3ms, 12× an online request (240µs), and its blocks may hold SMs the online kernels need",
 		"GPU 1 online at risk: offline etl: a request that meets one of its kernels waits for up to 4ms, 5× an online request (800µs), and the two together ask for more memory bandwidth than the GPU has",
 		"muxflow.io/sm-percent",
+		"GPU 2 online at risk: offline sim: a request that meets one of its kernels waits for up to 3ms, 12× an online request (240µs), and its blocks may hold SMs the online kernels need: whatever the offline share; muxd confines its kernels to 50% of the SMs while it is named",
+		"100%, confined to 72 SMs (50%)",
+		"100%, confine 50%: driver has no green contexts",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())

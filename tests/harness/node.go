@@ -409,6 +409,9 @@ func allocSection(s *Scenario, static bool) string {
 	if m.FitMin != nil {
 		text += percentLine("fit_min", *m.FitMin)
 	}
+	if m.Confine != nil {
+		text += percentLine("confine", *m.Confine)
+	}
 	return text
 }
 

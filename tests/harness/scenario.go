@@ -97,6 +97,9 @@ type Alloc struct {
 	// FitMin is the policy's alloc.fit_min: the least room the online kernels must leave
 	// for offline to be fitted in it (below it, offline gets the whole GPU).
 	FitMin *policy.Percent `toml:"fit_min"`
+	// Confine is the policy's alloc.confine: the share of the SMs a job named for kernels
+	// too long beside the online requests is confined to ("0%": never).
+	Confine *policy.Percent `toml:"confine"`
 	// HoldQueue is the policy's hold.queue: the GPU time an offline process keeps
 	// outstanding while online work is recent.
 	HoldQueue *policy.Duration `toml:"hold_queue"`
