@@ -142,18 +142,11 @@ static int32_t env_mps_client_priority(void)
 	return 0;
 }
 
-static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, double atp_req)
+struct CUctx_st *gs_ctx_alloc(CUdevice dev)
 {
-	CUresult r = gs_init();
-	if (r != CUDA_SUCCESS)
-		return gs_initialized ? r : CUDA_ERROR_NOT_INITIALIZED;
-	if (dev < 0 || dev >= gs_ndev)
-		return CUDA_ERROR_INVALID_DEVICE;
-	if (gs_mps_server_pid < 0)
-		return CUDA_ERROR_MPS_CONNECTION_FAILED;
 	struct CUctx_st *c = calloc(1, sizeof *c);
 	if (c == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
 	c->magic = GS_MAGIC_CTX;
 	/* a context's id is its slot in gs_ctx_by_id, claimed now, so that
 	 * notifications find it; slot 0 stays empty */
@@ -165,13 +158,34 @@ static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, dou
 	}
 	if (c->id == 0) {
 		free(c);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
 	}
 	c->dev = dev;
-	c->primary = primary;
 	c->def.magic = GS_MAGIC_STREAM;
 	c->def.id = gs_next_id();
 	c->def.ctx = c;
+	return c;
+}
+
+void gs_ctx_unalloc(struct CUctx_st *c)
+{
+	atomic_store(&gs_ctx_by_id[c->id], NULL);
+	free(c);
+}
+
+static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, double atp_req)
+{
+	CUresult r = gs_init();
+	if (r != CUDA_SUCCESS)
+		return gs_initialized ? r : CUDA_ERROR_NOT_INITIALIZED;
+	if (dev < 0 || dev >= gs_ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (gs_mps_server_pid < 0)
+		return CUDA_ERROR_MPS_CONNECTION_FAILED;
+	struct CUctx_st *c = gs_ctx_alloc(dev);
+	if (c == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	c->primary = primary;
 	int sim = gs_devs[dev].sim_index;
 	struct gs_ctx_create m = {.ctx = c->id, .dev = (uint32_t)sim, .default_stream = c->def.id,
 				  .mps_pid = gs_mps_server_pid > 0 ? (uint32_t)gs_mps_server_pid : 0};
@@ -189,8 +203,7 @@ static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, dou
 	struct gs_ctx_create_reply rep;
 	r = gs_call(&m, sizeof m, &rep, sizeof rep);
 	if (r != CUDA_SUCCESS) {
-		atomic_store(&gs_ctx_by_id[c->id], NULL);
-		free(c);
+		gs_ctx_unalloc(c);
 		return r;
 	}
 	c->mps = gs_mps_server_pid > 0;
@@ -200,7 +213,7 @@ static CUresult ctx_create(struct CUctx_st **out, CUdevice dev, int primary, dou
 	return CUDA_SUCCESS;
 }
 
-static void ctx_destroy(struct CUctx_st *c)
+void gs_ctx_destroy(struct CUctx_st *c)
 {
 	(void)gs_call_ids(GS_CTX_DESTROY, c->id, 0);
 	atomic_store(&gs_ctx_by_id[c->id], NULL);
@@ -230,23 +243,28 @@ GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	return r;
 }
 
+CUresult gs_primary_release(CUdevice dev, struct CUctx_st *which)
+{
+	pthread_mutex_lock(&gs_ctx_mu);
+	struct gs_device *d = &gs_devs[dev];
+	CUresult r = CUDA_SUCCESS;
+	if (d->primary_refs <= 0 || (which != NULL && d->primary != which)) {
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	} else if (--d->primary_refs == 0) {
+		gs_ctx_destroy(d->primary);
+		d->primary = NULL;
+	}
+	pthread_mutex_unlock(&gs_ctx_mu);
+	return r;
+}
+
 GS_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
 	if (!gs_initialized)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (dev < 0 || dev >= gs_ndev)
 		return CUDA_ERROR_INVALID_DEVICE;
-	pthread_mutex_lock(&gs_ctx_mu);
-	struct gs_device *d = &gs_devs[dev];
-	CUresult r = CUDA_SUCCESS;
-	if (d->primary_refs <= 0) {
-		r = CUDA_ERROR_INVALID_CONTEXT;
-	} else if (--d->primary_refs == 0) {
-		ctx_destroy(d->primary);
-		d->primary = NULL;
-	}
-	pthread_mutex_unlock(&gs_ctx_mu);
-	return r;
+	return gs_primary_release(dev, NULL);
 }
 
 GS_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
@@ -258,7 +276,7 @@ GS_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 	pthread_mutex_lock(&gs_ctx_mu);
 	struct gs_device *d = &gs_devs[dev];
 	if (d->primary != NULL) {
-		ctx_destroy(d->primary);
+		gs_ctx_destroy(d->primary);
 		d->primary = NULL;
 		d->primary_refs = 0;
 	}
@@ -344,18 +362,25 @@ GS_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, 
 	return create_and_push(pctx, flags, dev, atp);
 }
 
+void gs_ctx_unstack(struct CUctx_st *c)
+{
+	for (int i = 0; i < tls_depth; i++)
+		if (tls_stack[i] == c)
+			tls_stack[i] = NULL;
+	while (tls_depth > 0 && tls_stack[tls_depth - 1] == NULL)
+		tls_depth--;
+}
+
 GS_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
 	if (!gs_initialized)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!ctx_valid(ctx) || ctx->primary)
+	/* a primary context goes with its last release, a green context's with
+	 * cuGreenCtxDestroy */
+	if (!ctx_valid(ctx) || ctx->primary || ctx->green != NULL)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	for (int i = 0; i < tls_depth; i++)
-		if (tls_stack[i] == ctx)
-			tls_stack[i] = NULL;
-	while (tls_depth > 0 && tls_stack[tls_depth - 1] == NULL)
-		tls_depth--;
-	ctx_destroy(ctx);
+	gs_ctx_unstack(ctx);
+	gs_ctx_destroy(ctx);
 	return CUDA_SUCCESS;
 }
 

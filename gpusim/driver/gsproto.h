@@ -45,6 +45,7 @@ enum gs_op {
 	GS_MEM_ALLOC = 19,
 	GS_MEM_FREE = 20,
 	GS_MEM_INFO = 21,
+	GS_GREEN_CTX_CREATE = 22,
 	GS_REPLY = 0x8000,
 	GS_NOTIFY = 0x8001,
 	GS_EVENT_DONE = 0x8002,
@@ -119,6 +120,15 @@ struct gs_ctx_create_reply {
 	double atp;
 	uint32_t sm_cap, pad;
 	uint64_t mem_limit;
+};
+
+/* A green context (cuGreenCtxCreate): context ctx, a child of the process's context
+ * parent (its primary context), confined to sm_count SMs. The reply is a
+ * gs_ctx_create_reply whose sm_cap is the cap in effect: the parent's when its
+ * active-thread percentage is below 100 (gpusim/sim/green.go). */
+struct gs_green_ctx_create {
+	struct gs_hdr h;
+	uint32_t ctx, parent, default_stream, sm_count;
 };
 
 struct gs_u32x2 { /* ctx destroy, stream create/destroy, event ops, sync, query, elapsed, module unload */

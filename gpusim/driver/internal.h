@@ -30,6 +30,9 @@
 #define GS_MAGIC_EXEC 0x47534745u
 #define GS_MAGIC_POOL 0x4753504fu
 #define GS_MAGIC_NODE 0x47534e44u
+#define GS_MAGIC_GREEN 0x47534743u
+#define GS_MAGIC_DESC 0x47534453u
+#define GS_MAGIC_RES 0x47535253u
 
 struct gs_device {
 	struct gs_dev_info_reply info;
@@ -87,6 +90,7 @@ struct CUctx_st {
 	int mps;
 	double atp;
 	uint32_t sm_cap;
+	struct CUgreenCtx_st *green; /* the green context this is the CUcontext of (green.c), or NULL */
 	struct CUstream_st def; /* the context's default (NULL) stream */
 };
 
@@ -153,6 +157,18 @@ int gs_event_local(struct CUevent_st *e, double *at_ns);
 
 /* context.c */
 struct CUctx_st *gs_current(void);
+/* A context struct with its id slot claimed and its default stream named, not yet
+ * known to gpusimd; gs_ctx_unalloc gives it back (creation failed). NULL: out of
+ * memory or of slots. */
+struct CUctx_st *gs_ctx_alloc(CUdevice dev);
+void gs_ctx_unalloc(struct CUctx_st *c);
+/* Waits for the context's work (as cuCtxDestroy does) and releases it. */
+void gs_ctx_destroy(struct CUctx_st *c);
+/* Takes c off the calling thread's current-context stack. */
+void gs_ctx_unstack(struct CUctx_st *c);
+/* cuDevicePrimaryCtxRelease; which non-NULL releases only if dev's primary context
+ * is still that one (a reset may have replaced it). */
+CUresult gs_primary_release(CUdevice dev, struct CUctx_st *which);
 CUresult gs_need_ctx(struct CUctx_st **out);
 CUresult gs_resolve_stream(CUstream s, struct CUstream_st **out);
 CUresult gs_ctx_ok(struct CUctx_st *c);
@@ -161,6 +177,10 @@ CUresult gs_ctx_ok(struct CUctx_st *c);
 void gs_alloc_track(uint64_t ptr, uint64_t size);
 int gs_alloc_lookup(uint64_t ptr, uint64_t *base, uint64_t *size);
 int gs_alloc_untrack(uint64_t ptr);
+
+/* stream.c */
+/* A stream of context c: cuStreamCreate's work once the context is known. */
+CUresult gs_stream_create_in(struct CUctx_st *c, CUstream *ph);
 
 /* module.c */
 CUresult gs_launch(struct CUfunc_st *f, const uint32_t grid[3], const uint32_t block[3], CUstream hs);

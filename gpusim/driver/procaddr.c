@@ -38,6 +38,8 @@ static const struct entry table[] = {
 	E(cuDevicePrimaryCtxSetFlags), E(cuDevicePrimaryCtxGetState), E(cuCtxCreate), E(cuCtxCreate_v3),
 	E(cuCtxDestroy), E(cuCtxPushCurrent), E(cuCtxPopCurrent), E(cuCtxSetCurrent), E(cuCtxGetCurrent),
 	E(cuCtxGetDevice), E(cuCtxSynchronize),
+	E(cuDeviceGetDevResource), E(cuDevSmResourceSplitByCount), E(cuDevResourceGenerateDesc),
+	E(cuGreenCtxCreate), E(cuGreenCtxDestroy), E(cuCtxFromGreenCtx), E(cuGreenCtxStreamCreate),
 	E(cuStreamCreate), E(cuStreamCreateWithPriority), E(cuStreamDestroy),
 	P(cuStreamSynchronize, cuStreamSynchronize_ptsz), E(cuStreamQuery), E(cuStreamWaitEvent),
 	E(cuStreamBeginCapture), E(cuStreamEndCapture), E(cuStreamIsCapturing),

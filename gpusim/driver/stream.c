@@ -12,7 +12,13 @@ static CUresult stream_create(CUstream *ph, unsigned int flags)
 	CUresult r = gs_need_ctx(&c);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if ((r = gs_ctx_ok(c)) != CUDA_SUCCESS)
+	return gs_stream_create_in(c, ph);
+}
+
+CUresult gs_stream_create_in(struct CUctx_st *c, CUstream *ph)
+{
+	CUresult r = gs_ctx_ok(c);
+	if (r != CUDA_SUCCESS)
 		return r;
 	struct CUstream_st *s = calloc(1, sizeof *s);
 	if (s == NULL)

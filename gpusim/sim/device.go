@@ -120,6 +120,11 @@ func (d *Device) attach(x *Context) {
 		g = &group{srv: x.mps}
 		d.groups = append(d.groups, g)
 	}
+	d.join(x, g)
+}
+
+// join puts x in time-slicing group g, one of the device's groups.
+func (d *Device) join(x *Context, g *group) {
 	g.ctxs = append(g.ctxs, x)
 	x.grp = g
 	d.dirty = true

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -232,6 +233,19 @@ type Context struct {
 	err      Result    // sticky error
 	grp      *group
 	syncs    []*ctxSync
+	// parent is the context a green context was made from (nil for any other):
+	// the green context's memory is the parent's (memOwner).
+	parent *Context
+}
+
+// memOwner is the context whose memory accounting x's allocations count in:
+// a green context's are its parent's, as a real green context shares its primary
+// context's address space.
+func (x *Context) memOwner() *Context {
+	if x.parent != nil {
+		return x.parent
+	}
+	return x
 }
 
 type ctxSync struct {
@@ -426,7 +440,8 @@ func (c *Client) ContextInfo(id uint32) (atp float64, smCap int, memLimit uint64
 }
 
 // DestroyContext waits for the context's work to finish (as cuCtxDestroy
-// does), then releases it. done runs without the simulator lock.
+// does), and its green contexts' (which go with it), then releases it. done
+// runs without the simulator lock.
 func (c *Client) DestroyContext(id uint32, done func(Result)) {
 	s := c.s
 	s.mu.Lock()
@@ -436,8 +451,14 @@ func (c *Client) DestroyContext(id uint32, done func(Result)) {
 		done(r)
 		return
 	}
+	family := []*Context{x}
+	for _, y := range c.ctxs {
+		if y.parent == x {
+			family = append(family, y)
+		}
+	}
 	s.mu.Unlock()
-	c.syncContext(x, func(Result) {
+	c.syncContexts(family, func() {
 		s.mu.Lock()
 		if c.ctxs[id] == x {
 			c.releaseContext(x)
@@ -451,6 +472,15 @@ func (c *Client) DestroyContext(id uint32, done func(Result)) {
 func (c *Client) releaseContext(x *Context) {
 	d := x.dev
 	d.advance(c.s.nowNs())
+	// A green context cannot outlive the context it was made from: its memory is
+	// that context's, freed with it. The driver's green context holds a retain on
+	// the primary context, so only cuDevicePrimaryCtxReset or the process's end
+	// get here with children left.
+	for _, y := range c.ctxs {
+		if y.parent == x {
+			c.releaseContext(y)
+		}
+	}
 	for _, st := range x.streams {
 		c.dropStream(st, ErrInvalidContext)
 		delete(c.streams, st.ID)
@@ -853,6 +883,20 @@ func (c *Client) syncStream(st *Stream, done func(Result)) {
 	s.mu.Unlock()
 }
 
+// syncContexts calls done once every context in xs has finished the work
+// queued so far (or taken a sticky error); it runs without the simulator lock.
+func (c *Client) syncContexts(xs []*Context, done func()) {
+	var left atomic.Int32
+	left.Store(int32(len(xs)))
+	for _, x := range xs {
+		c.syncContext(x, func(Result) {
+			if left.Add(-1) == 0 {
+				done()
+			}
+		})
+	}
+}
+
 func (c *Client) syncContext(x *Context, done func(Result)) {
 	s := c.s
 	s.mu.Lock()
@@ -906,6 +950,7 @@ func (c *Client) MemAlloc(ctx uint32, n uint64) (uint64, Result) {
 	if n == 0 || n > 1<<50 {
 		return 0, ErrInvalidValue
 	}
+	x = x.memOwner()
 	d := x.dev
 	if d.lost {
 		return 0, ErrDeviceUnavailable
@@ -951,6 +996,7 @@ func (c *Client) MemInfo(ctx uint32) (free, total uint64, r Result) {
 	if r != Success {
 		return 0, 0, r
 	}
+	x = x.memOwner()
 	d := x.dev
 	total = d.p.MemoryBytes
 	free = total - d.memUsed

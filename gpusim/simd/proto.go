@@ -34,6 +34,7 @@ const (
 	opMemAlloc        = 19
 	opMemFree         = 20
 	opMemInfo         = 21
+	opGreenCtxCreate  = 22
 	opReply           = 0x8000
 	opNotify          = 0x8001
 	opEventDone       = 0x8002
@@ -63,4 +64,5 @@ var payloadSize = map[uint16]int{
 	opMemAlloc:        16,
 	opMemFree:         8,
 	opMemInfo:         8,
+	opGreenCtxCreate:  16,
 }

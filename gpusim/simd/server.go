@@ -316,14 +316,16 @@ func (b *binConn) dispatch(op uint16, id uint64, p []byte) bool {
 		if prio := int32(u32(p, 8)); res == sim.Success && prio != 0 {
 			res = cl.SetPriority(ctx, int(prio))
 		}
-		x := make([]byte, 24)
-		if res == sim.Success {
-			a, sm, ml, _ := cl.ContextInfo(ctx)
-			le.PutUint64(x[0:], math.Float64bits(a))
-			le.PutUint32(x[8:], uint32(sm))
-			le.PutUint64(x[16:], ml)
+		b.reply(id, res, ctxInfo(cl, ctx, res))
+	case opGreenCtxCreate:
+		// the model checks the rest: parent is one of this process's contexts, and
+		// the SM count fits its device
+		ctx, parent, def, sms := u32(p, 0), u32(p, 1), u32(p, 2), u32(p, 3)
+		res := sim.ErrInvalidValue
+		if sms >= 1 {
+			res = cl.CreateGreenContext(ctx, parent, def, int(sms))
 		}
-		b.reply(id, res, x)
+		b.reply(id, res, ctxInfo(cl, ctx, res))
 	case opCtxDestroy:
 		cl.DestroyContext(u32(p, 0), func(r sim.Result) { b.replyIf(id, r, nil) })
 	case opStreamCreate:
@@ -389,6 +391,20 @@ func (b *binConn) dispatch(op uint16, id uint64, p []byte) bool {
 		return false
 	}
 	return true
+}
+
+// ctxInfo is the payload of a gs_ctx_create_reply: context ctx's effective limits
+// when res says it was created, zeros otherwise.
+func ctxInfo(cl *sim.Client, ctx uint32, res sim.Result) []byte {
+	x := make([]byte, 24)
+	if res == sim.Success {
+		le := binary.LittleEndian
+		a, sm, ml, _ := cl.ContextInfo(ctx)
+		le.PutUint64(x[0:], math.Float64bits(a))
+		le.PutUint32(x[8:], uint32(sm))
+		le.PutUint64(x[16:], ml)
+	}
+	return x
 }
 
 func (b *binConn) replyIf(id uint64, r sim.Result, extra []byte) {

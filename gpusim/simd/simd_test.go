@@ -43,6 +43,7 @@ S(GS_MODULE_LOAD, gs_module_load) S(GS_MODULE_UNLOAD, gs_u32x2) S(GS_FUNC_GET, g
 S(GS_LAUNCH, gs_launch) S(GS_COPY, gs_copy) S(GS_EVENT_CREATE, gs_u32x2) S(GS_EVENT_DESTROY, gs_u32x2)
 S(GS_EVENT_RECORD, gs_u32x2) S(GS_STREAM_WAIT_EVENT, gs_u32x2) S(GS_SYNC, gs_u32x2) S(GS_QUERY, gs_u32x2)
 S(GS_EVENT_ELAPSED, gs_u32x2) S(GS_MEM_ALLOC, gs_mem_alloc) S(GS_MEM_FREE, gs_mem_free) S(GS_MEM_INFO, gs_u32x2)
+S(GS_GREEN_CTX_CREATE, gs_green_ctx_create)
 printf("hdr %zu reply %zu devinfo %zu ctxreply %zu\n", sizeof(struct gs_hdr), sizeof(struct gs_reply),
        sizeof(struct gs_dev_info_reply) - sizeof(struct gs_reply),
        sizeof(struct gs_ctx_create_reply) - sizeof(struct gs_reply));
@@ -439,6 +440,55 @@ func TestSlowReaderStallsNoOne(t *testing.T) {
 				t.Errorf("%d event completions reached the slow reader: want some, and the excess dropped", events)
 			}
 			return
+		}
+	}
+}
+
+// A green context is created over the wire as a child of the process's own
+// context; the reply carries the SM cap in effect.
+func TestGreenContextCreate(t *testing.T) {
+	sock := serve(t)
+	c := driverConn(t, sock) // context 5, default stream 1
+	le := binary.LittleEndian
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, replySize+8+replySize+24)); err != nil { // hello, ctx create
+		t.Fatal(err)
+	}
+	other := driverConn(t, sock) // another process's context 5 is no parent of this one's
+	_ = other.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(other, make([]byte, replySize+8+replySize+24)); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name                    string
+		conn                    net.Conn
+		ctx, parent, stream, sm uint32
+		want                    sim.Result
+		wantCap                 uint32
+	}{
+		{"16 SMs of the primary context", c, 6, 5, 2, 16, sim.Success, 16},
+		{"a parent the process does not have", c, 7, 9, 3, 16, sim.ErrInvalidContext, 0},
+		{"no SMs", c, 8, 5, 4, 0, sim.ErrInvalidValue, 0},
+		{"more SMs than the device has", c, 8, 5, 4, 1000, sim.ErrInvalidValue, 0},
+		{"a green context of a green context", c, 8, 6, 4, 8, sim.ErrInvalidContext, 0},
+		{"another process's context id", other, 8, 6, 4, 8, sim.ErrInvalidContext, 0},
+	} {
+		id := uint64(10 + i)
+		m := hdr(opGreenCtxCreate, hdrSize+16)
+		le.PutUint64(m[8:], id)
+		for _, v := range []uint32{tc.ctx, tc.parent, tc.stream, tc.sm} {
+			m = le.AppendUint32(m, v)
+		}
+		if _, err := tc.conn.Write(m); err != nil {
+			t.Fatal(err)
+		}
+		rep := make([]byte, replySize+24)
+		if _, err := io.ReadFull(tc.conn, rep); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		res, smCap := sim.Result(int32(le.Uint32(rep[16:]))), le.Uint32(rep[replySize+8:])
+		if le.Uint64(rep[8:]) != id || res != tc.want || smCap != tc.wantCap {
+			t.Errorf("%s: reply id %d result %v sm_cap %d, want %d %v %d", tc.name, le.Uint64(rep[8:]), res, smCap, id, tc.want, tc.wantCap)
 		}
 	}
 }
