@@ -12,7 +12,7 @@
  * keys: share (basis points), paused (0/1), mem0..mem15 (bytes),
  *       inflight, burst_ns, mps_pct, pinned0..pinned15 (bytes), policy (0/1),
  *       role (0 none, 1 publish, 2 follow), mask (signal slots), hold_window_ns,
- *       hold_period_ns, hold_max_bp */
+ *       hold_period_ns, hold_max_bp, confine_pct */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -89,6 +89,8 @@ static int set(xcuda_limits *l, const char *kv)
         __atomic_store_n(&l->hold_period_ns, (uint64_t)v, __ATOMIC_RELAXED);
     else if (strcmp(key, "hold_max_bp") == 0 && v <= 0xffffffffull)
         __atomic_store_n(&l->hold_max_bp, (uint32_t)v, __ATOMIC_RELAXED);
+    else if (strcmp(key, "confine_pct") == 0 && v <= 100)
+        __atomic_store_n(&l->confine_pct, (uint32_t)v, __ATOMIC_RELAXED);
     else if (strcmp(key, "policy") == 0 && v <= 1)
         __atomic_store_n(&l->fail_policy, (uint32_t)v, __ATOMIC_RELAXED);
     else if (sscanf(key, "mem%d", &dev) == 1 && dev >= 0 && dev < XCUDA_MAX_DEVICES)
@@ -184,12 +186,14 @@ int main(int argc, char **argv)
         return set_all(l, argc - 3, argv + 3);
     if (strcmp(argv[1], "show") == 0) {
         printf("share_bp=%u paused=%u mem0=%llu reserved0=%llu peak0=%llu oom_denials=%u "
-               "launches=%llu throttled_ns=%llu gpu_time_ns=%llu inflight=%u online_held_ns=%llu\n",
+               "launches=%llu throttled_ns=%llu gpu_time_ns=%llu inflight=%u online_held_ns=%llu "
+               "confine_pct=%u confine_state=%u confined_sms=%u\n",
                l->share_bp, l->paused, (unsigned long long)l->mem_limit[0],
                (unsigned long long)u->reserved_bytes[0], (unsigned long long)u->peak_bytes[0],
                u->oom_denials, (unsigned long long)u->launches,
                (unsigned long long)u->throttled_ns, (unsigned long long)u->gpu_time_ns,
-               u->inflight, (unsigned long long)u->online_held_ns);
+               u->inflight, (unsigned long long)u->online_held_ns, l->confine_pct,
+               u->confine_state, u->confined_sms);
         return 0;
     }
     fprintf(stderr, "xcblock: unknown command %s\n", argv[1]);

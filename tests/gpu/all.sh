@@ -3,8 +3,8 @@
 # minutes (10 at most, the limits below summed), for a session lent a GPU: check.sh (libxcuda and the
 # calibration points), protect.sh (online protection with PyTorch),
 # monitor.sh (SysMonitor against NVML, with NVML's per-call costs),
-# gpusim/gpucheck/mps_formats.sh and mps_order.sh (gpusim's MPS control and
-# block-dispatch rule against the hardware's). Each runs under its own time
+# confine.sh (libxcuda's confinement to a green context), gpusim/gpucheck/mps_formats.sh
+# and mps_order.sh (gpusim's MPS control and block-dispatch rule against the hardware's). Each runs under its own time
 # limit; a summary line per check comes last; the logs are packed into
 # OUT_DIR/gpu-logs.tgz.
 #
@@ -27,11 +27,12 @@ step() { # step NAME LIMIT_S CMD... — runs one check, keeps its log and verdic
   rc=${PIPESTATUS[0]}
   summary+=("$name: exit $rc")
 }
-step check 250 tests/gpu/check.sh "$logs/check"
-step protect 220 tests/gpu/protect.sh "$logs/protect"
+step check 245 tests/gpu/check.sh "$logs/check"
+step protect 205 tests/gpu/protect.sh "$logs/protect"
+step confine 30 tests/gpu/confine.sh "$logs/confine"
 step monitor 45 env OUT="$logs/monitor" MUXFLOW_BUILD="$PWD/build" tests/gpu/monitor.sh
-step mps_formats 40 gpusim/gpucheck/mps_formats.sh "$PWD/build"
-step mps_order 40 gpusim/gpucheck/mps_order.sh
+step mps_formats 35 gpusim/gpucheck/mps_formats.sh "$PWD/build"
+step mps_order 35 gpusim/gpucheck/mps_order.sh
 echo "=== summary"
 printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
 tar czf "$out/gpu-logs.tgz" -C "$logs" . && echo "logs: $out/gpu-logs.tgz"
