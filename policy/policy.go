@@ -155,7 +155,8 @@ type Alloc struct {
 	FitMin Percent `toml:"fit_min"`
 	// Confine is the share of a GPU's SMs an offline container is confined to (a green
 	// context, through libxcuda) while muxd names it for kernels too long beside the
-	// online requests, with blocks that may take the SMs those need; 0 = never.
+	// online requests, with blocks that may take the SMs those need, where the online
+	// kernels leave less than FitMin (else it gets what they leave); 0 = never.
 	Confine Percent `toml:"confine"`
 }
 

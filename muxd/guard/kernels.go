@@ -116,7 +116,7 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, confine uint32, 
 		}
 	}
 	uuid := v.status.UUID
-	g.confineRisks(v, st, risks, confine, now)
+	g.confineRisks(v, st, risks, confineShare(confine, f.width, g.loop.allocCfg.FitMin), now)
 	for _, r := range risks {
 		if st.risky[r.ID] {
 			continue
@@ -136,6 +136,17 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, confine uint32, 
 		}
 	}
 	st.risks = risks
+}
+
+// confineShare is the percentage of the SMs a named job is confined to: what the widest
+// online kernel leaves (width, 0..1; 0: unknown), where that is at least fitMin, so that
+// the online kernels never wait for its blocks; else policy (alloc.confine), where the
+// online kernels run beside it on fewer SMs. 0: not confined.
+func confineShare(policy uint32, width, fitMin float64) uint32 {
+	if policy == 0 || width <= 0 || 1-width < fitMin {
+		return policy
+	}
+	return uint32(math.Floor((1 - width) * 100))
 }
 
 // confineRisks keeps st.confined (when each container was last named for its SMs) and

@@ -192,11 +192,11 @@ func TestKernelRisksFromHostileCounters(t *testing.T) {
 
 // Issue 14, the shape no share protects: a job named for kernels too long beside the
 // online requests, with blocks that may hold the SMs those need, is confined to the
-// policy's alloc.confine of the SMs while it is named (its block's confine_pct, which
-// libxcuda turns into a green context), says so in its ceiling, its risk and the event,
-// and is released ConfineHold after its kernels stop being too long. A job named for the
-// memory bus alone is not confined (fewer SMs move as many bytes), nor is any job under
-// alloc.confine = 0%.
+// policy's alloc.confine of the SMs while it is named beside GPU-filling online kernels,
+// or to what narrower ones leave (its block's confine_pct, which libxcuda turns into a
+// green context), says so in its ceiling, its risk and the event, and is released
+// ConfineHold after its kernels stop being too long. A job named for the memory bus alone
+// is not confined (fewer SMs move as many bytes), nor is any job under alloc.confine = 0%.
 func TestRiskyJobIsConfined(t *testing.T) {
 	confine := func(f *fixture) uint32 { return f.blk["train"].Limits().ConfinePercent }
 	f := kernelFixture(t, 10000, 100, 100*time.Microsecond, 3*time.Millisecond)
@@ -232,8 +232,13 @@ func TestRiskyJobIsConfined(t *testing.T) {
 		t.Errorf("last named at %v, released at %v: want released %v after", named, released, ConfineHold)
 	}
 
-	// The same job, named for the memory bus only: its percentage leaves the online
-	// kernels room, but the two overfill the bus.
+	// Online kernels 60% wide, a job started at 70%: confined to the 40% they leave, so
+	// that they never wait for its blocks.
+	f = kernelFixture(t, 6000, 70, 100*time.Microsecond, 3*time.Millisecond)
+	if got := confine(f); got != 40 {
+		t.Errorf("beside 60%%-wide online kernels: confine_pct %d, want the 40 they leave", got)
+	}
+	// The same job started at 40%: in the room they leave, it is not named for its SMs.
 	f = kernelFixture(t, 6000, 40, 100*time.Microsecond, 3*time.Millisecond)
 	if got := confine(f); got != 0 {
 		t.Errorf("a job in the room the online kernels leave: confine_pct %d, want 0", got)
