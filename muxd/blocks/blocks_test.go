@@ -270,3 +270,43 @@ func TestEnsureOffersTurnsBesideAHeldBudget(t *testing.T) {
 		t.Errorf("second: launch-gate share %d bp, fit %d%%; want its split, 2500, and 0 until its turn", l.ShareBP, l.Signal.FitPercent)
 	}
 }
+
+// A confined container's report reaches the API as what it says, clamped by ctlblock; a
+// container muxd never asked to confine shows nothing, and a report of a state libxcuda
+// never writes reads as refused.
+func TestUsageShowsConfinement(t *testing.T) {
+	m, err := NewManager(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ensure(ctr("job", api.Offline, api.Limits{}), policy.Default()); err != nil {
+		t.Fatal(err)
+	}
+	dir := m.Paths("job").Dir
+	if u := m.Usage("job"); u.Confine != "" || u.ConfinedSMs != 0 {
+		t.Errorf("never confined: %q, %d SMs", u.Confine, u.ConfinedSMs)
+	}
+	l := m.Block("job").Limits()
+	l.ConfinePercent = 50
+	if err := m.Block("job").SetLimits(l); err != nil {
+		t.Fatal(err)
+	}
+	if u := m.Usage("job"); u.Confine != "not confined" {
+		t.Errorf("asked, nothing launched since: %q", u.Confine)
+	}
+	r := ctlblock.NewRawUsage()
+	r.ConfineState, r.ConfinedSMs = uint32(ctlblock.ConfineOn), 72
+	if err := ctlblock.WriteRawUsage(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	if u := m.Usage("job"); u.Confine != "confined" || u.ConfinedSMs != 72 {
+		t.Errorf("confined: %q, %d SMs", u.Confine, u.ConfinedSMs)
+	}
+	r.ConfineState = 77
+	if err := ctlblock.WriteRawUsage(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	if u := m.Usage("job"); u.Confine != "green context refused by the driver" || u.ConfinedSMs != 0 {
+		t.Errorf("a forged state: %q, %d SMs", u.Confine, u.ConfinedSMs)
+	}
+}
