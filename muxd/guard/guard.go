@@ -350,7 +350,7 @@ func (g *Guard) begin(p *policy.Policy, now time.Time) (dt float64) {
 		l.allocs, l.lastState = map[string]*alloc.GPU{}, map[string]monitor.State{}
 		l.applied, l.given, l.waited = map[string]gate{}, map[string]uint32{}, map[string]time.Time{}
 		l.trust = trust{launches: map[string]uint64{}, suspect: map[string]int{}, readAt: map[string]time.Time{}, rate: map[string]float64{}, few: map[string]bool{},
-			measured: map[string]measured{}, launchTime: map[string]*alloc.LaunchTime{}}
+			measured: map[string]measured{}, launchTime: map[string]*alloc.LaunchTime{}, firstRead: map[string]time.Time{}}
 		l.sticky = stickyState{last: map[string]uint32{}, reports: map[string]stickyReport{}, lastAt: map[string]time.Time{}}
 		g.mu.Lock()
 		g.decisions, g.gpus, g.ceilings = map[string]alloc.Decision{}, map[string]*gpuState{}, map[string]api.Ceiling{}

@@ -117,8 +117,9 @@ func TestKernelRisks(t *testing.T) {
 				t.Fatalf("risks %+v, want train's", st.KernelRisks)
 			}
 			r := st.KernelRisks[0]
-			if r.ID != "train" || r.OfflineKernel != tc.kernel || r.OfflinePerLaunch != tc.kernel || r.OnlineRequest != tc.request {
-				t.Errorf("risk %+v, want train at %v beside %v requests", r, tc.kernel, tc.request)
+			near := func(a, b time.Duration) bool { return (a - b).Abs() <= time.Microsecond }
+			if r.ID != "train" || !near(r.OfflineKernel, tc.kernel) || !near(r.OfflinePerLaunch, tc.kernel) || r.OnlineRequest != tc.request {
+				t.Errorf("risk %#v, want train at %v beside %v requests", r, tc.kernel, tc.request)
 			}
 			if len(f.mon.events) != 1 || !strings.Contains(f.mon.events[0], "GPU-a train: a request that meets one of its kernels waits for up to 3ms, 30× an online request (100µs)") ||
 				!strings.Contains(f.mon.events[0], "muxflow.io/sm-percent") {
@@ -251,4 +252,33 @@ func TestRiskyJobIsConfined(t *testing.T) {
 	if st := g.status(t, "GPU-a"); len(st.KernelRisks) != 1 || st.KernelRisks[0].ConfinePercent != 0 || confine(g) != 0 {
 		t.Errorf("under alloc.confine = 0%%: risks %+v, confine_pct %d; want named and not confined", st.KernelRisks, confine(g))
 	}
+}
+
+// A job whose kernels are too long beside the online requests is named and confined
+// within a few periods of its first launches (KernelWarmup: its measured launches are read
+// every period until their length is known), not a second or two later, when the
+// requests it met meanwhile have waited for its kernels.
+func TestRiskyJobNamedWithinPeriods(t *testing.T) {
+	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	bb := &busyBlocks{fakeBlocks: f.blk}
+	f.g.Blocks = bb
+	f.g.Profiler = workloadprofile.New()
+	now := time.Now()
+	for i := range 20 {
+		f.mon.set(0, monitor.Healthy, 20)
+		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) {
+			r.Launches += 200
+			r.OnlineWidth[0] = widthBP(10000)
+		})
+		bb.ns, bb.spans = bb.ns+10*uint64(100*time.Microsecond), bb.spans+10
+		f.launchKernels(t, "train", 10, 3*time.Millisecond)
+		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
+		if f.blk["train"].Limits().ConfinePercent != 0 {
+			if i > 4 {
+				t.Errorf("confined in period %d, want within 5", i)
+			}
+			return
+		}
+	}
+	t.Fatal("not confined within 2 s")
 }

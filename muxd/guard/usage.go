@@ -37,6 +37,14 @@ const suspectSteps = 2
 // every period.
 const OfflineUsagePeriod = time.Second
 
+// KernelWarmup is how long after its first read an offline container's measured launches
+// are also read every period, until their length is known (kernels.go): a job whose
+// kernels are too long beside the online requests is then named, and confined, within a
+// few periods of its start rather than seconds after, and every request it meets until
+// then waits for one of its kernels. Only the measured launches are read so: the launch
+// rate, its classification and the sticky errors keep their OfflineUsagePeriod.
+const KernelWarmup = 10 * time.Second
+
 // usageReads is what one period read from the running containers' usage blocks.
 type usageReads struct {
 	usage map[string]stickyCount // container id -> its validated sticky-error count
@@ -71,6 +79,24 @@ type trust struct {
 	// at its last read, and their lengths (kernels.go).
 	measured   map[string]measured
 	launchTime map[string]*alloc.LaunchTime
+	// firstRead is when each offline container's block was first read (KernelWarmup).
+	firstRead map[string]time.Time
+}
+
+// warming says whether an offline container's measured launches are still read every
+// period (KernelWarmup): read before, within KernelWarmup of its first read, and its
+// kernels' length not yet known.
+func (t *trust) warming(id string, now time.Time) bool {
+	first, ok := t.firstRead[id]
+	if !ok || now.Before(first) || now.Sub(first) > KernelWarmup {
+		return false
+	}
+	if lt := t.launchTime[id]; lt != nil {
+		if _, met := lt.Mean(); met > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // readUsage reads the running containers' usage for this period (dt seconds after the
@@ -96,6 +122,13 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 			if ok && now.Sub(at) < OfflineUsagePeriod && !now.Before(at) {
 				if rate, ok := t.rate[c.ID]; ok {
 					r.rates[c.ID] = rate
+				}
+				if t.warming(c.ID, now) {
+					if b := g.Blocks.Block(c.ID); b != nil {
+						if u, err := b.SnapshotTotals(); err == nil {
+							t.measureLaunches(c.ID, u)
+						}
+					}
 				}
 				continue
 			}
@@ -156,6 +189,9 @@ func (g *Guard) readUsage(ctx context.Context, sv *stepView, dt float64, p *poli
 		t.launches[c.ID] = n
 		if c.Class != api.Online {
 			t.measureLaunches(c.ID, u)
+			if _, ok := t.firstRead[c.ID]; !ok {
+				t.firstRead[c.ID] = now
+			}
 		}
 	}
 	if sv.rebuilt {
@@ -180,6 +216,7 @@ func (g *Guard) forget(live map[string]bool) {
 	forget(t.few, live)
 	forget(t.measured, live)
 	forget(t.launchTime, live)
+	forget(t.firstRead, live)
 	forget(s.last, live)
 	forget(s.reports, live)
 	forget(s.lastAt, live)
