@@ -42,7 +42,9 @@ const OfflineUsagePeriod = time.Second
 // kernels are too long beside the online requests is then named, and confined, within a
 // few periods of its start rather than seconds after, and every request it meets until
 // then waits for one of its kernels. Only the measured launches are read so: the launch
-// rate, its classification and the sticky errors keep their OfflineUsagePeriod.
+// rate, its classification and the sticky errors keep their OfflineUsagePeriod. A
+// container that had launched nothing at its last read is not: reading every period a
+// block no process writes yet would only cost system calls.
 const KernelWarmup = 10 * time.Second
 
 // usageReads is what one period read from the running containers' usage blocks.
@@ -84,11 +86,12 @@ type trust struct {
 }
 
 // warming says whether an offline container's measured launches are still read every
-// period (KernelWarmup): read before, within KernelWarmup of its first read, and its
-// kernels' length not yet known.
+// period (KernelWarmup): read before, within KernelWarmup of its first read, launching
+// (its last read counted launches: a container whose processes have not started costs
+// no reads), and its kernels' length not yet known.
 func (t *trust) warming(id string, now time.Time) bool {
 	first, ok := t.firstRead[id]
-	if !ok || now.Before(first) || now.Sub(first) > KernelWarmup {
+	if !ok || now.Before(first) || now.Sub(first) > KernelWarmup || t.launches[id] == 0 {
 		return false
 	}
 	if lt := t.launchTime[id]; lt != nil {
