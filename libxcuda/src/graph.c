@@ -394,7 +394,6 @@ void xc_graph_atfork_child(void)
 
 /* ---- launches ---- */
 
-/* one gated launch of the k execs g[0..k): what launch.c's slow path does for a kernel */
 /* launch_all launches g[0..k) into s, or into a green context when this process is
  * confined (confine.c), in order; the first error stops it. */
 static CUresult launch_all(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstream s,
@@ -406,14 +405,17 @@ static CUresult launch_all(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, 
     if (xc_confine_enter(s == NULL && ptsz ? CU_STREAM_PER_THREAD : s, 1, &c)) {
         for (; i < k && r == CUDA_SUCCESS; i++)
             r = real(g[i], c.to);
-        if (xc_confine_leave(&c, r))
-            i--, r = CUDA_SUCCESS; /* refused in the green context: that one again, in s */
+        if (xc_confine_leave(&c, r)) { /* refused in the green context: that one again, in s */
+            i--;
+            r = CUDA_SUCCESS;
+        }
     }
     for (; i < k && r == CUDA_SUCCESS; i++)
         r = real(g[i], s);
     return r;
 }
 
+/* one gated launch of the k execs g[0..k): what launch.c's slow path does for a kernel */
 static CUresult gated(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstream s, int ptsz)
 {
     xc_confine_refresh();

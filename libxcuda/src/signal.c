@@ -652,8 +652,8 @@ void xc_signal_confined(int on)
         return;
     if (xc_sig.n == 0) /* no signal page: w0 is otherwise unset */
         XC_STORE(&xc_sig.w0, on ? &never_quiet[0] : NULL);
-    else
-        follow_slow(on);
+    else /* released: still bounded while online work is recent */
+        follow_slow(on || xc_signal_online_recent(xc_now_mono_ns()));
 }
 
 int xc_signal_bounds_slow(void)

@@ -21,10 +21,10 @@ import (
 // records an event when it becomes one and logs when it stops being one (its kernels got
 // shorter, or it left). MPS fixes a process's SMs when its context is created; where its
 // blocks may hold the SMs the online kernels need, the guard confines its kernels while it
-// is named, and ConfineHold after, to the policy's alloc.confine of the SMs (libxcuda
-// launches them into a green context of that size), so that an online kernel arriving
-// while one runs finds the rest free. A risk of the memory bus is not confined (fewer SMs
-// move as many bytes), and pairing the job elsewhere stays the matcher's cure.
+// is named, and ConfineHold after, to part of the SMs (confineShare; libxcuda launches
+// them into a green context of that size), so that an online kernel arriving while one
+// runs finds the rest free. A risk of the memory bus is not confined (fewer SMs move as
+// many bytes), and pairing the job elsewhere stays the matcher's cure.
 
 // ConfineHold is how long an offline container stays confined after it was last named:
 // a period without a measurement (the service idle, the job between steps) does not
