@@ -41,7 +41,7 @@ GS_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 	return CUDA_SUCCESS;
 }
 
-static CUresult dev_ok(CUdevice dev)
+CUresult gs_dev_ok(CUdevice dev)
 {
 	if (!gs_initialized)
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -54,7 +54,7 @@ GS_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
 	if (name == NULL || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = dev_ok(dev);
+	CUresult r = gs_dev_ok(dev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	snprintf(name, (size_t)len, "%s", gs_devs[dev].info.name);
@@ -76,7 +76,7 @@ GS_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
 	if (uuid == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = dev_ok(dev);
+	CUresult r = gs_dev_ok(dev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	/* "GPU-xxxxxxxx-xxxx-..." -> 16 bytes */
@@ -103,7 +103,7 @@ GS_EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)
 {
 	if (bytes == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = dev_ok(dev);
+	CUresult r = gs_dev_ok(dev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	*bytes = gs_devs[dev].info.total_mem;
@@ -114,7 +114,7 @@ GS_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute a, CUdevice 
 {
 	if (pi == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = dev_ok(dev);
+	CUresult r = gs_dev_ok(dev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	const struct gs_dev_info_reply *d = &gs_devs[dev].info;

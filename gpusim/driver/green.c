@@ -39,15 +39,6 @@ struct CUgreenCtx_st {
 
 static _Atomic uint32_t split_seq;
 
-static CUresult dev_ok(CUdevice dev)
-{
-	if (!gs_initialized)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	if (dev < 0 || dev >= gs_ndev)
-		return CUDA_ERROR_INVALID_DEVICE;
-	return CUDA_SUCCESS;
-}
-
 /* res_make fills *r with sms SMs of dev, made by the given split and part;
  * everything else is zero, as a real driver's fresh resource */
 static void res_make(CUdevResource *r, int dev, unsigned int sms, uint32_t split, uint32_t part)
@@ -77,7 +68,7 @@ static CUresult res_read(const CUdevResource *r, struct res_priv *p)
 
 GS_EXPORT CUresult cuDeviceGetDevResource(CUdevice dev, CUdevResource *res, CUdevResourceType type)
 {
-	CUresult r = dev_ok(dev);
+	CUresult r = gs_dev_ok(dev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (res == NULL || type != CU_DEV_RESOURCE_TYPE_SM)
@@ -237,7 +228,7 @@ static CUresult green_new(struct CUgreenCtx_st **out, CUdevice dev, struct CUctx
  * (gpusimd's contexts always do). */
 GS_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
-	CUresult r = dev_ok(dev);
+	CUresult r = gs_dev_ok(dev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (phCtx == NULL || desc == NULL || desc->magic != GS_MAGIC_DESC || (flags & ~(unsigned)CU_GREEN_CTX_DEFAULT_STREAM))

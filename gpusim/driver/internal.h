@@ -131,6 +131,8 @@ extern struct CUctx_st *_Atomic gs_ctx_by_id[GS_MAX_CTX];
 
 uint32_t gs_next_id(void);
 CUresult gs_init(void);
+/* CUDA_SUCCESS, or what the driver says of a device ordinal before or past init (device.c). */
+CUresult gs_dev_ok(CUdevice dev);
 CUresult gs_send(void *msg, uint32_t len);        /* pipelined, no reply */
 CUresult gs_call(void *msg, uint32_t len, void *reply, uint32_t reply_cap); /* round trip */
 void gs_hdr_fill(struct gs_hdr *h, uint16_t op, uint32_t len);

@@ -59,11 +59,7 @@ func (c *Client) CreateGreenContext(id, parent, defaultStream uint32, sms int) R
 	x.smCap = greenSMCap(p, sms)
 	d.advance(s.nowNs())
 	d.join(x, p.grp)
-	c.ctxs[id] = x
-	st := &Stream{ID: defaultStream, ctx: x}
-	x.streams[defaultStream] = st
-	x.slist = append(x.slist, st)
-	c.streams[defaultStream] = st
+	c.add(x, defaultStream)
 	return Success
 }
 

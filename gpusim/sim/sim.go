@@ -389,12 +389,17 @@ func (c *Client) CreateContext(id uint32, dev int, defaultStream uint32, mpsPID 
 	x.smCap = smCap(x.atp, d.p.SMs)
 	d.advance(s.nowNs())
 	d.attach(x)
-	c.ctxs[id] = x
+	c.add(x, defaultStream)
+	return Success
+}
+
+// add registers a new context of the process with its default stream; lock held.
+func (c *Client) add(x *Context, defaultStream uint32) {
+	c.ctxs[x.ID] = x
 	st := &Stream{ID: defaultStream, ctx: x}
 	x.streams[defaultStream] = st
 	x.slist = append(x.slist, st)
 	c.streams[defaultStream] = st
-	return Success
 }
 
 // smCap is how many SMs an active-thread percentage allows: MPS hands out

@@ -133,9 +133,18 @@ func num(t *testing.T, m map[string]any, k string) float64 {
 var bigTrain = []string{"--kernels", "4", "--big-share", "1", "--kernel-us", "2000", "--mem", "64M"}
 
 func TestAPIProbe(t *testing.T) {
-	d := start(t, simclient.Options{})
-	b, _ := simclient.Build()
-	cmd := exec.Command(filepath.Join(b, "gpusim", "test", "apiprobe"))
+	runProbe(t, start(t, simclient.Options{}), "apiprobe")
+}
+
+// runProbe runs one of the fake driver's C probes (gpusim/tests/*.c) against d: each of
+// its FAIL lines is an error, and it must reach its "failures 0" summary.
+func runProbe(t *testing.T, d *simclient.Daemon, name string) {
+	t.Helper()
+	b, err := simclient.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(b, "gpusim", "test", name))
 	cmd.Env = append(os.Environ(), d.Env()...)
 	out, err := cmd.CombinedOutput()
 	for _, l := range strings.Split(string(out), "\n") {
@@ -144,10 +153,10 @@ func TestAPIProbe(t *testing.T) {
 		}
 	}
 	if err != nil {
-		t.Fatalf("apiprobe: %v\n%s", err, out)
+		t.Fatalf("%s: %v\n%s", name, err, out)
 	}
 	if !strings.Contains(string(out), "failures 0") {
-		t.Fatalf("apiprobe did not finish: %s", out)
+		t.Fatalf("%s did not finish: %s", name, out)
 	}
 }
 

@@ -7,30 +7,7 @@
 
 #include <cuda.h>
 
-static int fails;
-
-#define CHECK(name, expr, want)                                                                    \
-	do {                                                                                       \
-		CUresult r_ = (expr);                                                              \
-		if (r_ != (want)) {                                                                \
-			const char *s_ = "?";                                                      \
-			cuGetErrorName(r_, &s_);                                                   \
-			printf("FAIL %s: got %s (%d), want %d\n", name, s_, (int)r_, (int)(want)); \
-			fails++;                                                                   \
-		} else {                                                                           \
-			printf("ok %s\n", name);                                                   \
-		}                                                                                  \
-	} while (0)
-
-#define TRUE(name, cond)                                   \
-	do {                                               \
-		if (!(cond)) {                             \
-			printf("FAIL %s: %s\n", name, #cond); \
-			fails++;                           \
-		} else {                                   \
-			printf("ok %s\n", name);           \
-		}                                          \
-	} while (0)
+#include "probe.h"
 
 static const char *module = "gpusim-module 1\nfunc k block_us=100 bw=0.1\n";
 

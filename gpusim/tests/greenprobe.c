@@ -10,30 +10,7 @@
 
 #include <cuda.h>
 
-static int fails;
-
-#define CHECK(name, expr, want)                                                                    \
-	do {                                                                                       \
-		CUresult r_ = (expr);                                                              \
-		if (r_ != (want)) {                                                                \
-			const char *s_ = "?";                                                      \
-			cuGetErrorName(r_, &s_);                                                   \
-			printf("FAIL %s: got %s (%d), want %d\n", name, s_, (int)r_, (int)(want)); \
-			fails++;                                                                   \
-		} else {                                                                           \
-			printf("ok %s\n", name);                                                   \
-		}                                                                                  \
-	} while (0)
-
-#define TRUE(name, cond)                                   \
-	do {                                               \
-		if (!(cond)) {                             \
-			printf("FAIL %s: %s\n", name, #cond); \
-			fails++;                           \
-		} else {                                   \
-			printf("ok %s\n", name);           \
-		}                                          \
-	} while (0)
+#include "probe.h"
 
 /* slow: 2 ms a block, to order streams by; fill: a 0.5 ms wave, to time confinement */
 static const char *module = "gpusim-module 1\nfunc slow block_us=2000 bw=0.1\nfunc fill block_us=500 bw=0.1\n";

@@ -16,12 +16,9 @@ func atpRun(t *testing.T, pct uint32) float64 {
 	l := ctlblock.Unlimited()
 	l.MPSActiveThreadPercent = pct
 	h := newHarness(t, l)
-	d := h.useGpusim(t)
+	d := h.useGpusimMPS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.StartMPS(ctx); err != nil {
-		t.Fatal(err)
-	}
 	train, out := h.startGpusim(t, d, "train", "--duration", "1.5", "--mem", "64M", "--big-share", "1")
 	time.Sleep(1200 * time.Millisecond)
 	st, err := d.Stats(ctx)

@@ -24,12 +24,7 @@ type confineTrain struct {
 func runConfined(t *testing.T, l ctlblock.Limits, pct uint32) confineTrain {
 	t.Helper()
 	h := newHarness(t, l)
-	d := h.useGpusim(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := d.StartMPS(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d := h.useGpusimMPS(t)
 	train, out := h.startGpusim(t, d, "train", "--duration", "2.4", "--mem", "64M", "--big-share", "1", "--kernels", "4")
 	time.Sleep(600 * time.Millisecond)
 	l.ConfinePercent = pct

@@ -86,6 +86,18 @@ func (h *harness) useGpusim(t testing.TB, args ...string) *simclient.Daemon {
 	return d
 }
 
+// useGpusimMPS is useGpusim with gpusim's MPS control daemon started.
+func (h *harness) useGpusimMPS(t testing.TB) *simclient.Daemon {
+	t.Helper()
+	d := h.useGpusim(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.StartMPS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // gpusimCommand runs one of gpusim's workload programs under the harness.
 func (h *harness) gpusimCommand(d *simclient.Daemon, prog string, args ...string) *exec.Cmd {
 	path := d.Artifacts.Train

@@ -39,6 +39,13 @@ func kernelFixture(t *testing.T, width, started uint32, request, kernel time.Dur
 // kernelFixtureWith is kernelFixture under policy p.
 func kernelFixtureWith(t *testing.T, p *policy.Policy, width, started uint32, request, kernel time.Duration) *fixture {
 	t.Helper()
+	return kernelSteps(t, p, width, started, request, kernel, func(*fixture, int) bool { return true })
+}
+
+// kernelSteps is kernelFixtureWith, calling each after every period (i from 0) and
+// stopping early where it returns false.
+func kernelSteps(t *testing.T, p *policy.Policy, width, started uint32, request, kernel time.Duration, each func(f *fixture, i int) bool) *fixture {
+	t.Helper()
 	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
 	f.g.Policy = func() *policy.Policy { return p }
 	f.startedAt(t, "train", started)
@@ -57,6 +64,9 @@ func kernelFixtureWith(t *testing.T, p *policy.Policy, width, started uint32, re
 		}
 		f.launchKernels(t, "train", 10, kernel)
 		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
+		if !each(f, i) {
+			break
+		}
 	}
 	return f
 }
@@ -259,26 +269,15 @@ func TestRiskyJobIsConfined(t *testing.T) {
 // every period until their length is known), not a second or two later, when the
 // requests it met meanwhile have waited for its kernels.
 func TestRiskyJobNamedWithinPeriods(t *testing.T) {
-	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
-	bb := &busyBlocks{fakeBlocks: f.blk}
-	f.g.Blocks = bb
-	f.g.Profiler = workloadprofile.New()
-	now := time.Now()
-	for i := range 20 {
-		f.mon.set(0, monitor.Healthy, 20)
-		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) {
-			r.Launches += 200
-			r.OnlineWidth[0] = widthBP(10000)
-		})
-		bb.ns, bb.spans = bb.ns+10*uint64(100*time.Microsecond), bb.spans+10
-		f.launchKernels(t, "train", 10, 3*time.Millisecond)
-		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
-		if f.blk["train"].Limits().ConfinePercent != 0 {
-			if i > 4 {
-				t.Errorf("confined in period %d, want within 5", i)
-			}
-			return
+	confinedAt := -1
+	kernelSteps(t, policy.Default(), 10000, 100, 100*time.Microsecond, 3*time.Millisecond, func(f *fixture, i int) bool {
+		if f.blk["train"].Limits().ConfinePercent == 0 {
+			return true
 		}
+		confinedAt = i
+		return false
+	})
+	if confinedAt < 0 || confinedAt > 4 {
+		t.Errorf("confined in period %d of 40, want within the first 5", confinedAt)
 	}
-	t.Fatal("not confined within 2 s")
 }
