@@ -150,7 +150,9 @@ func confineShare(policy uint32, width, fitMin float64) uint32 {
 }
 
 // confineRisks keeps st.confined (when each container was last named for its SMs) and
-// marks this period's confinements in g.loop.confine and in the risks. A container no
+// marks this period's confinements in g.loop.confine and in the risks: the share is the
+// GPU's, split evenly among the containers confined on it (each process's green context
+// is its own partition, and two of half the SMs each could hold them all). A container no
 // longer on the GPU, or a GPU with no online container, is released at once. g.mu held.
 func (g *Guard) confineRisks(v gpuView, st *gpuState, risks []api.KernelRisk, confine uint32, now time.Time) {
 	if confine > 0 && len(v.online) > 0 {
@@ -173,9 +175,13 @@ func (g *Guard) confineRisks(v gpuView, st *gpuState, risks []api.KernelRisk, co
 		if confine == 0 || len(v.online) == 0 || !here || now.Sub(at) > ConfineHold || now.Before(at) {
 			delete(st.confined, id)
 			g.Log.Info("offline container no longer confined", "gpu", v.status.UUID, "id", id)
-			continue
 		}
-		g.loop.confine[id] = confine
+	}
+	if n := uint32(len(st.confined)); n > 0 {
+		each := max(1, confine/n)
+		for id := range st.confined {
+			g.loop.confine[id] = each
+		}
 	}
 	for i := range risks {
 		risks[i].ConfinePercent = g.loop.confine[risks[i].ID]

@@ -281,3 +281,27 @@ func TestRiskyJobNamedWithinPeriods(t *testing.T) {
 		t.Errorf("confined in period %d of 40, want within the first 5", confinedAt)
 	}
 }
+
+// Two jobs named on one GPU share its confinement share: a green context is a process's
+// own partition, and two of half the SMs each could hold every SM between them.
+func TestConfinedJobsSplitTheShare(t *testing.T) {
+	f := setup(t, running("svc", api.Online, 100, "0"), running("a", api.Offline, 200, "0"), running("b", api.Offline, 300, "0"))
+	bb := &busyBlocks{fakeBlocks: f.blk}
+	f.g.Blocks = bb
+	f.g.Profiler = workloadprofile.New()
+	now := time.Now()
+	for i := range 20 {
+		f.mon.set(0, monitor.Healthy, 20)
+		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) {
+			r.Launches += 200
+			r.OnlineWidth[0] = widthBP(10000)
+		})
+		bb.ns, bb.spans = bb.ns+10*uint64(100*time.Microsecond), bb.spans+10
+		f.launchKernels(t, "a", 10, 3*time.Millisecond)
+		f.launchKernels(t, "b", 10, 3*time.Millisecond)
+		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	if a, b := f.blk["a"].Limits().ConfinePercent, f.blk["b"].Limits().ConfinePercent; a != 25 || b != 25 {
+		t.Errorf("two named jobs confined to %d%% and %d%%, want a quarter each", a, b)
+	}
+}
