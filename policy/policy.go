@@ -156,7 +156,8 @@ type Alloc struct {
 	// Confine is the share of a GPU's SMs an offline container is confined to (a green
 	// context, through libxcuda) while muxd names it for kernels too long beside the
 	// online requests, with blocks that may take the SMs those need, where the online
-	// kernels leave less than FitMin (else it gets what they leave); 0 = never.
+	// kernels leave less than FitMin (else it gets what they leave); split evenly among
+	// the containers confined on one GPU; 0 = never.
 	Confine Percent `toml:"confine"`
 }
 
