@@ -50,8 +50,8 @@ struct green {
 
 static pthread_mutex_t confine_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct green greens[XCUDA_MAX_DEVICES];
-/* limits confine_pct as last read on the slow path (0: not confined). */
-static _Atomic uint32_t want_pct;
+/* limits confine_pct as the last refresh read it (0: not confined). */
+_Atomic uint32_t xc_confine_pct;
 
 /* Stores what became of the confinement in the usage page, when it changed (the page's
  * line is shared with every process of the container). */
@@ -65,11 +65,6 @@ static void report(uint32_t state, uint32_t sms)
         XC_STORE(&xc.use->confined_sms, sms);
 }
 
-int xc_confine_wanted(void)
-{
-    return atomic_load_explicit(&want_pct, memory_order_relaxed) != 0;
-}
-
 void xc_confine_refresh(void)
 {
     const xcuda_limits *l = xc.lim;
@@ -78,9 +73,9 @@ void xc_confine_refresh(void)
     uint32_t pct = XC_LOAD(&l->confine_pct);
     if (pct >= 100)
         pct = 0; /* the whole device: nothing to confine to */
-    if (pct == atomic_load_explicit(&want_pct, memory_order_relaxed))
+    if (pct == atomic_load_explicit(&xc_confine_pct, memory_order_relaxed))
         return;
-    atomic_store_explicit(&want_pct, pct, memory_order_relaxed);
+    atomic_store_explicit(&xc_confine_pct, pct, memory_order_relaxed);
     xc_log("kernels %s", pct ? "confined to part of the SMs" : "no longer confined");
     xc_signal_confined(pct != 0);
     if (pct == 0)
@@ -177,7 +172,7 @@ int xc_confine_enter(CUstream s, int graph, struct xc_confined *c)
 {
     c->active = 0;
     c->to = s;
-    uint32_t pct = atomic_load_explicit(&want_pct, memory_order_relaxed);
+    uint32_t pct = atomic_load_explicit(&xc_confine_pct, memory_order_relaxed);
     if (pct == 0)
         return 0;
     if (!have_green_api()) {

@@ -23,9 +23,12 @@
         xc_signal_launch();                                                   \
         width;                                                                \
         xc_confine_refresh();                                                 \
+        int open_ = xc_gate_open() && !xc_signal_bounds();                    \
+        if (open_ && !xc_confine_wanted())                                    \
+            return xc_note_sticky(real_ args);                                \
         CUstream orig_ = (stream);                                            \
         struct xc_ticket t_ = {0, 0};                                         \
-        if (!xc_gate_open() || xc_signal_bounds()) {                          \
+        if (!open_) {                                                         \
             CUresult g_ = xc_gate_slow(orig_, &t_);                           \
             if (g_ != CUDA_SUCCESS)                                           \
                 return g_;                                                    \

@@ -400,8 +400,13 @@ struct xc_confined {
 };
 /* Re-reads limits confine_pct (offline processes; every slow-path launch). */
 void xc_confine_refresh(void);
-/* Whether this process's kernels are to be confined (the last refresh said so). */
-int xc_confine_wanted(void);
+/* limits confine_pct as the last refresh read it (0: not confined). */
+extern _Atomic uint32_t xc_confine_pct;
+/* Whether this process's kernels are to be confined. */
+static inline int xc_confine_wanted(void)
+{
+    return atomic_load_explicit(&xc_confine_pct, memory_order_relaxed) != 0;
+}
 /* Before a launch meant for s (graph: a cuGraphLaunch): c->to is the stream to launch
  * into, a green context's when confined (then 1, and the confinement lock is held). */
 int xc_confine_enter(CUstream s, int graph, struct xc_confined *c);
