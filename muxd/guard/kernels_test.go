@@ -43,12 +43,22 @@ func kernelFixtureWith(t *testing.T, p *policy.Policy, width, started uint32, re
 }
 
 // kernelSteps is kernelFixtureWith, calling each after every period (i from 0) and
-// stopping early where it returns false.
-func kernelSteps(t *testing.T, p *policy.Policy, width, started uint32, request, kernel time.Duration, each func(f *fixture, i int) bool) *fixture {
+// stopping early where it returns false; jobs (default "train") are the offline
+// containers, each created at started percent and launching alike.
+func kernelSteps(t *testing.T, p *policy.Policy, width, started uint32, request, kernel time.Duration, each func(f *fixture, i int) bool, jobs ...string) *fixture {
 	t.Helper()
-	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+	if len(jobs) == 0 {
+		jobs = []string{"train"}
+	}
+	cs := []api.Container{running("svc", api.Online, 100, "0")}
+	for i, id := range jobs {
+		cs = append(cs, running(id, api.Offline, 200+i, "0"))
+	}
+	f := setup(t, cs...)
 	f.g.Policy = func() *policy.Policy { return p }
-	f.startedAt(t, "train", started)
+	for _, id := range jobs {
+		f.startedAt(t, id, started)
+	}
 	bb := &busyBlocks{fakeBlocks: f.blk}
 	f.g.Blocks = bb
 	f.g.Profiler = workloadprofile.New()
@@ -62,7 +72,9 @@ func kernelSteps(t *testing.T, p *policy.Policy, width, started uint32, request,
 		if request > 0 {
 			bb.ns, bb.spans = bb.ns+10*uint64(request), bb.spans+10
 		}
-		f.launchKernels(t, "train", 10, kernel)
+		for _, id := range jobs {
+			f.launchKernels(t, id, 10, kernel)
+		}
 		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
 		if !each(f, i) {
 			break
@@ -285,22 +297,8 @@ func TestRiskyJobNamedWithinPeriods(t *testing.T) {
 // Two jobs named on one GPU share its confinement share: a green context is a process's
 // own partition, and two of half the SMs each could hold every SM between them.
 func TestConfinedJobsSplitTheShare(t *testing.T) {
-	f := setup(t, running("svc", api.Online, 100, "0"), running("a", api.Offline, 200, "0"), running("b", api.Offline, 300, "0"))
-	bb := &busyBlocks{fakeBlocks: f.blk}
-	f.g.Blocks = bb
-	f.g.Profiler = workloadprofile.New()
-	now := time.Now()
-	for i := range 20 {
-		f.mon.set(0, monitor.Healthy, 20)
-		f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) {
-			r.Launches += 200
-			r.OnlineWidth[0] = widthBP(10000)
-		})
-		bb.ns, bb.spans = bb.ns+10*uint64(100*time.Microsecond), bb.spans+10
-		f.launchKernels(t, "a", 10, 3*time.Millisecond)
-		f.launchKernels(t, "b", 10, 3*time.Millisecond)
-		f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
-	}
+	f := kernelSteps(t, policy.Default(), 10000, 100, 100*time.Microsecond, 3*time.Millisecond,
+		func(*fixture, int) bool { return true }, "a", "b")
 	if a, b := f.blk["a"].Limits().ConfinePercent, f.blk["b"].Limits().ConfinePercent; a != 25 || b != 25 {
 		t.Errorf("two named jobs confined to %d%% and %d%%, want a quarter each", a, b)
 	}
