@@ -33,6 +33,9 @@ type node struct {
 	sim    *simclient.Daemon
 	muxd   *exec.Cmd
 	client *client.Client
+	// signal: workloads map the node's GPU signal page, as the runtime mounts it
+	// (online-aware gating); the tests written before it run without.
+	signal bool
 }
 
 // fastPolicy shortens the monitor's and evictor's clocks so that tests run in seconds.
@@ -183,6 +186,9 @@ func (n *node) runLimits(id string, class api.Class, limits api.Limits, prog str
 	w.cmd.Env = append(os.Environ(), n.sim.Env()...)
 	w.cmd.Env = append(w.cmd.Env, "LD_PRELOAD="+testenv.Artifact(n.t, "lib/libxcuda.so"),
 		ctlblock.EnvDir+"="+c.Control.Dir)
+	if n.signal {
+		w.cmd.Env = append(w.cmd.Env, ctlblock.EnvSignal+"="+ctlblock.SignalPagePath(filepath.Join(n.dir, "run")))
+	}
 	w.cmd.Stdout = w.out
 	w.cmd.Stderr = w.out
 	if err := w.cmd.Start(); err != nil {
