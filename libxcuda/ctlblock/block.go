@@ -160,7 +160,8 @@ type Usage struct {
 	Throttled time.Duration
 	// GPUTime is the GPU time the gate measured, over MeasuredLaunches launches (it
 	// measures only while it throttles or bounds the container's outstanding work), and
-	// GPUTimeSqUS2 the sum of each launch's GPU time squared (µs²; it wraps).
+	// GPUTimeSqUS2 the sum of each launch's GPU time squared (µs²; it wraps), a CUDA
+	// graph's as its kernels' equal parts (k parts of t/k: t²/k).
 	GPUTime          time.Duration
 	MeasuredLaunches uint64
 	GPUTimeSqUS2     uint64

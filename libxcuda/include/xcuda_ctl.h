@@ -202,7 +202,9 @@ typedef struct xcuda_usage {
      * GPU time of), and the sum of each one's GPU time squared, in square microseconds,
      * all processes: over gpu_time_ns it is how long the launch in flight at a random
      * moment runs, what an online request arriving then meets, which muxd compares with
-     * the online busy periods (the signal page's busy_ns). Wraps, like any counter. */
+     * the online busy periods (the signal page's busy_ns). A graph launch's square counts
+     * as its kernels' equal parts (t^2/k for k kernels): a request meets one kernel of
+     * it, not the graph. Wraps, like any counter. */
     uint64_t measured_launches;
     uint64_t gpu_time_sq_us2;
     /* Version 10: what became of limits confine_pct, written by the process that last

@@ -24,6 +24,7 @@ struct slot {
     int chained;      /* timed from the previous slot's end, not from start */
     CUcontext ctx;
     uint64_t launch_ns;
+    unsigned kernels; /* kernels the launch ran (a graph's; 1 otherwise) */
 };
 
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -119,13 +120,17 @@ static void refill(uint32_t share)
     }
 }
 
-static void charge(uint64_t gpu_ns)
+/* charge takes a measured launch of gpu_ns that ran `kernels` kernels. Its square goes
+ * to gpu_time_sq_us2 split among them as equal parts (k parts of gpu/k: gpu²/k): what a
+ * request arriving during a graph meets is the kernel in flight, not the graph, whose
+ * next kernels leave the SMs to the online ones as the last blocks retire. */
+static void charge(uint64_t gpu_ns, unsigned kernels)
 {
     __atomic_sub_fetch(&xc.use->bucket_tokens_ns, (int64_t)gpu_ns, __ATOMIC_ACQ_REL);
     XC_ADD(&xc.use->gpu_time_ns, gpu_ns);
     XC_ADD(&xc.use->measured_launches, 1);
     uint64_t us = gpu_ns / 1000;
-    XC_ADD(&xc.use->gpu_time_sq_us2, us * us);
+    XC_ADD(&xc.use->gpu_time_sq_us2, us * us / (kernels > 1 ? kernels : 1));
 }
 
 /* Completes the oldest slot; with block=0 only if it is done. Locked. */
@@ -151,7 +156,7 @@ static int reap_one(int block)
         uint64_t now = xc_now_mono_ns();
         gpu = now > s->launch_ns ? now - s->launch_ns : 0;
     }
-    charge(gpu);
+    charge(gpu, s->kernels);
     uint64_t per = XC_LOAD(&per_launch_ns);
     XC_STORE(&per_launch_ns, per == 0 ? gpu : (3 * per + gpu) / 4);
     ring_head = (ring_head + 1) % RING_N;
@@ -351,6 +356,7 @@ void xc_gate_done(CUstream stream, struct xc_ticket *t, CUresult launched)
     if (!t->tracked)
         return;
     struct slot *s = &ring[t->slot];
+    s->kernels = t->kernels;
     if (launched == CUDA_SUCCESS && xc_real.cuEventRecord(s->end, stream) == CUDA_SUCCESS) {
         XC_STORE(&ring_count, ring_count + 1);
         __atomic_add_fetch(&xc.use->inflight, 1, __ATOMIC_RELAXED);

@@ -34,6 +34,8 @@ struct split {
     CUgraphExec exec;
     CUgraphExec *chunks;
     unsigned n;
+    unsigned *kernels; /* kernel nodes in each chunk */
+    unsigned all;      /* in the whole graph */
     int stale;   /* the exec was changed: launch it whole */
     unsigned group; /* chunks per launch: about the queue budget of GPU time */
     CUstream last;
@@ -214,9 +216,18 @@ static void split(CUgraphExec e, CUgraph g, unsigned long long flags)
     s->n = (unsigned)((n + per - 1) / per);
     if ((s->chunks = calloc(s->n, sizeof *s->chunks)) == NULL)
         goto fail;
+    if ((s->kernels = calloc(s->n, sizeof *s->kernels)) == NULL)
+        goto fail;
+    s->all = (unsigned)kernels;
     flags &= ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
     for (unsigned i = 0; i < s->n; i++) {
         size_t lo = i * per, hi = lo + per < n ? lo + per : n;
+        for (size_t j = lo; j < hi; j++) {
+            CUgraphNodeType t;
+            if (xc_real.cuGraphNodeGetType(ord[j], &t) == CUDA_SUCCESS &&
+                t == CU_GRAPH_NODE_TYPE_KERNEL)
+                s->kernels[i]++;
+        }
         CUresult r = chunk(g, ord, n, lo, hi, flags, &s->chunks[i]);
         if (r != CUDA_SUCCESS) {
             xc_log("graph %p: chunk %u of %u not instantiated (%d): launched whole", (void *)e,
@@ -236,8 +247,10 @@ static void split(CUgraphExec e, CUgraph g, unsigned long long flags)
     free(ord);
     return;
 fail:
-    if (s != NULL)
+    if (s != NULL) {
         destroy_chunks(s->chunks, s->n);
+        free(s->kernels);
+    }
     free(s);
     free(nodes);
     free(ord);
@@ -262,6 +275,7 @@ static void forget(CUgraphExec e)
         destroy_chunks(s->chunks, s->n);
         if (s->ev != NULL)
             xc_real.cuEventDestroy(s->ev);
+        free(s->kernels);
         free(s);
     }
 }
@@ -415,11 +429,13 @@ static CUresult launch_all(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, 
     return r;
 }
 
-/* one gated launch of the k execs g[0..k): what launch.c's slow path does for a kernel */
-static CUresult gated(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstream s, int ptsz)
+/* one gated launch of the k execs g[0..k), which run `kernels` kernels (1 where unknown):
+ * what launch.c's slow path does for a kernel */
+static CUresult gated(xc_graph_launch_fn real, CUgraphExec *g, unsigned k, CUstream s, int ptsz,
+                      unsigned kernels)
 {
     xc_confine_refresh();
-    struct xc_ticket t = {0, 0};
+    struct xc_ticket t = {0, 0, kernels};
     if (!xc_gate_open() || xc_signal_bounds()) {
         CUresult gr = xc_gate_slow(s, &t);
         if (gr != CUDA_SUCCESS)
@@ -478,13 +494,13 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
         return xc_note_sticky(real(g, s));
     xc_signal_launch();
     if (atomic_load_explicit(&xc_graph_splits, memory_order_relaxed) == 0)
-        return gated(real, &g, 1, s, ptsz);
+        return gated(real, &g, 1, s, ptsz, 1);
     /* Launches of a split graph are serialised here: they are a step's, not a kernel's. */
     pthread_mutex_lock(&splits_mu);
     struct split *sp = find_locked(g);
     if (sp == NULL) {
         pthread_mutex_unlock(&splits_mu);
-        return gated(real, &g, 1, s, ptsz);
+        return gated(real, &g, 1, s, ptsz, 1);
     }
     xc_tls_inside = 1;
     follows(sp, s);
@@ -493,13 +509,16 @@ __attribute__((noinline)) static CUresult graph_slow(xc_graph_launch_fn real, CU
     xc_tls_inside = 0;
     CUresult r = CUDA_SUCCESS;
     if (!chunks) {
-        r = gated(real, &g, 1, s, ptsz);
+        r = gated(real, &g, 1, s, ptsz, sp->all);
     } else {
         unsigned k = sp->group;
         for (unsigned i = 0; i < sp->n && r == CUDA_SUCCESS; i += k) {
             if (i > 0)
                 xc_signal_launch();
-            r = gated(real, sp->chunks + i, sp->n - i < k ? sp->n - i : k, s, ptsz);
+            unsigned m = sp->n - i < k ? sp->n - i : k, kernels = 0;
+            for (unsigned j = i; j < i + m; j++)
+                kernels += sp->kernels[j];
+            r = gated(real, sp->chunks + i, m, s, ptsz, kernels);
         }
         regroup(sp);
     }

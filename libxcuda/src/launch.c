@@ -27,7 +27,7 @@
         if (open_ && !xc_confine_wanted())                                    \
             return xc_note_sticky(real_ args);                                \
         CUstream orig_ = (stream);                                            \
-        struct xc_ticket t_ = {0, 0};                                         \
+        struct xc_ticket t_ = {0, 0, 1};                                      \
         if (!open_) {                                                         \
             CUresult g_ = xc_gate_slow(orig_, &t_);                           \
             if (g_ != CUDA_SUCCESS)                                           \

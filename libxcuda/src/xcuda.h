@@ -275,6 +275,7 @@ void xc_mem_atfork_child(void);
 struct xc_ticket {
     int tracked; /* 1: the launch is measured and must be completed */
     int slot;
+    unsigned kernels; /* kernels the launch runs, set before xc_gate_done (0 or 1: one) */
 };
 /* Slow path of the gate; called only when throttled, paused or stopping. */
 CUresult xc_gate_slow(CUstream stream, struct xc_ticket *t);

@@ -146,6 +146,42 @@ func TestGpusimMeasuredKernels(t *testing.T) {
 	}
 }
 
+// TestGpusimGraphMeasuredByKernel: a CUDA graph launched whole is one measured launch,
+// but a request arriving while it runs meets one of its kernels, not the graph (the next
+// kernels leave the SMs to the online ones as the last blocks retire). So its square
+// counts as its kernels' equal parts: train's step of 20 kernels as one graph (about
+// 15 ms, half two-wave 1 ms kernels, half 500 µs ones) reads as about 750 µs met at a
+// random moment, not as 15 ms, which would name the job beside any request shorter than
+// 7 ms.
+func TestGpusimGraphMeasuredByKernel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gpusim runs take seconds")
+	}
+	// a follower is split its graphs; with no online work they are launched whole
+	_, off, d, page := mpsPair(t, ctlblock.Limits{ShareBP: 9000, Signal: ctlblock.Signal{Role: ctlblock.SignalFollow, GPUs: 1}})
+	if err := page.SetFollowers([]uint32{1}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := off.gpusimCommand(d, "train", "--duration", "1.5", "--mem", "64M", "--kernels", "20",
+		"--kernel-us", "500", "--big-share", "0.5", "--graph").CombinedOutput()
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, out)
+	}
+	u := off.block.Usage()
+	if u.MeasuredLaunches < 20 {
+		t.Fatalf("%d graph launches measured in 1.5 s of 15 ms steps at a 90%% share", u.MeasuredLaunches)
+	}
+	per := u.GPUTime / time.Duration(u.MeasuredLaunches)
+	met := time.Duration(float64(u.GPUTimeSqUS2) / float64(u.GPUTime/time.Microsecond) * float64(time.Microsecond))
+	t.Logf("%d graph launches measured, %v a launch, %v met at a random moment", u.MeasuredLaunches, per, met)
+	if per < 10*time.Millisecond {
+		t.Errorf("%v of GPU time per measured launch, want a whole graph's (about 15ms)", per)
+	}
+	if met < 500*time.Microsecond || met > 1200*time.Microsecond {
+		t.Errorf("the launch in flight at a random moment runs %v, want one of the graph's kernels (about 750µs)", met)
+	}
+}
+
 // TestGpusimOnlineBusySpans: an online process whose GPU an offline container follows
 // adds each busy period it ends (from the launch that set the slot to the synchronisation
 // that clears it) to the slot's busy_ns and busy_spans (layout v9): infer's requests of
