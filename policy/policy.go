@@ -173,6 +173,12 @@ type Evict struct {
 	Grace Duration `toml:"grace"`
 	// Backoff keeps offline work off a GPU that evicted recently.
 	Backoff Duration `toml:"backoff"`
+	// KernelRisk evicts an offline container muxd has named this long, without a break,
+	// for kernels that keep the online requests waiting for SMs, where no confinement
+	// leaves the online kernels theirs (they need more than the job's confinement leaves,
+	// or the job could not be confined). 0: never; it stays named, and confined where it
+	// can be.
+	KernelRisk Duration `toml:"kernel_risk"`
 	// Kubernetes evicts pods through the Eviction API so they are rescheduled elsewhere.
 	Kubernetes bool `toml:"kubernetes"`
 	// ContainerdAddress is containerd's socket, used to stop containers.
@@ -352,6 +358,9 @@ func (p *Policy) Validate() error {
 	positive("evict.grace", p.Evict.Grace, "with none, SIGKILL follows SIGTERM at once and offline work cannot drain, which is what keeps online work safe")
 	if p.Evict.Grace.D() > 10*60e9 {
 		add("evict.grace", "must be at most 10m, got %v", p.Evict.Grace.D())
+	}
+	if p.Evict.KernelRisk.D() > 24*3600e9 {
+		add("evict.kernel_risk", "must be at most 24h (0s: never), got %v", p.Evict.KernelRisk.D())
 	}
 	if p.Evict.ContainerdAddress != "" {
 		abs("evict.containerd_address", p.Evict.ContainerdAddress)

@@ -461,6 +461,9 @@ type KernelRisk struct {
 	// ConfinePercent is the share of the GPU's SMs muxd confines its kernels to while it
 	// is named (policy alloc.confine; 0: not confined).
 	ConfinePercent uint32 `json:"confine_percent,omitempty"`
+	// EvictAt is when muxd evicts it (policy evict.kernel_risk) if it is still named then
+	// and no confinement leaves the online kernels their SMs; zero: it will not.
+	EvictAt time.Time `json:"evict_at,omitzero"`
 }
 
 // String is the risk in one sentence, with what to do about it.
@@ -472,6 +475,9 @@ func (r KernelRisk) String() string {
 	cure := "confine it (muxflow.io/sm-percent) or pair it with another service"
 	if r.ConfinePercent > 0 {
 		cure = fmt.Sprintf("muxd confines its kernels to %d%% of the SMs while it is named; muxflow.io/sm-percent confines it from its start, or pair it with another service", r.ConfinePercent)
+	}
+	if !r.EvictAt.IsZero() {
+		cure += fmt.Sprintf("; muxd evicts it at %s (evict.kernel_risk)", r.EvictAt.Format(time.TimeOnly))
 	}
 	return fmt.Sprintf("a request that meets one of its kernels waits for up to %v, %.0f× an online request (%v), and %s: whatever the offline share; %s",
 		r.OfflineKernel.Round(time.Microsecond), r.Ratio, r.OnlineRequest.Round(time.Microsecond), why, cure)

@@ -88,7 +88,7 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, p *policy.Poli
 		g.noteChange(st, v, d, now)
 		out = append(out, d)
 		fits = append(fits, g.fitMPS(v, st, d, r.widths[uuid], ds[i].bus, now))
-		g.kernelRisks(v, st, &fits[len(fits)-1], confine, now)
+		g.kernelRisks(v, st, &fits[len(fits)-1], confine, p.Evict.KernelRisk.D(), now)
 	}
 	g.loop.decisions, g.loop.fits = out, fits
 	return out

@@ -154,6 +154,11 @@ type gpuState struct {
 	// confined is when each offline container confined for its kernels was last named
 	// (kernelRisks): it stays confined ConfineHold after.
 	confined map[string]time.Time
+	// unprotected: since when each offline container has been named for its SMs, without
+	// a break, with no confinement that leaves the online kernels theirs; evicted those
+	// evicted for it (evictRisks), until they leave the GPU.
+	unprotected map[string]span
+	evicted     map[string]bool
 	// span is the online busy periods' mean length (the signal page's), busy its
 	// counters at the last read.
 	span alloc.BusySpan
@@ -326,7 +331,9 @@ func (g *Guard) EndTurns() {
 //  5. sticky errors (sticky.go): containers' reports of dead GPU contexts, and the
 //     evidence that confirms them.
 //
-// Then the period's measurements go to the profiler.
+// Then the jobs named for kernels no confinement protects the requests from are evicted
+// once policy evict.kernel_risk has passed (kernels.go), and the period's measurements go
+// to the profiler.
 func (g *Guard) Step(ctx context.Context, now time.Time) {
 	g.stepMu.Lock()
 	defer g.stepMu.Unlock()
@@ -338,6 +345,7 @@ func (g *Guard) Step(ctx context.Context, now time.Time) {
 	g.applyCeilings(sv, decisions, p)
 	g.handleHealth(ctx, sv, p)
 	g.stickyErrors(ctx, sv, reads, p, now)
+	g.evictRisks(ctx, sv, p, now)
 	g.profile(now, sv, reads)
 }
 

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -10,7 +11,9 @@ import (
 	"github.com/muxflow/muxflow/matcher/profile"
 	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
+	"github.com/muxflow/muxflow/muxd/evict"
 	"github.com/muxflow/muxflow/muxd/workloadprofile"
+	"github.com/muxflow/muxflow/policy"
 )
 
 // Kernel lengths (profile.KernelRisk): an offline container whose kernels are several times
@@ -32,10 +35,12 @@ import (
 const ConfineHold = 5 * time.Second
 
 // measured is an offline container's libxcuda-measured GPU time, its squares and its
-// launch count at its last usage read.
+// launch count at its last usage read, and what its libxcuda reported of its
+// confinement then.
 type measured struct {
-	gpu   time.Duration
-	sq, n uint64
+	gpu     time.Duration
+	sq, n   uint64
+	confine ctlblock.ConfineState
 }
 
 // measureLaunches takes an offline container's usage totals into its LaunchTime. A
@@ -43,7 +48,7 @@ type measured struct {
 // starts a new baseline.
 func (t *trust) measureLaunches(id string, u ctlblock.Usage) {
 	prev, ok := t.measured[id]
-	t.measured[id] = measured{u.GPUTime, u.GPUTimeSqUS2, u.MeasuredLaunches}
+	t.measured[id] = measured{u.GPUTime, u.GPUTimeSqUS2, u.MeasuredLaunches, u.Confine}
 	if !ok || u.MeasuredLaunches < prev.n || u.GPUTime < prev.gpu || u.GPUTimeSqUS2 < prev.sq {
 		return
 	}
@@ -87,9 +92,11 @@ func (g *Guard) observeSpans(v gpuView, st *gpuState) {
 
 // kernelRisks lists the GPU's offline containers whose kernels no share keeps from
 // delaying the online requests (f: this period's MPS fit), records an event for each one
-// that became one, logs each that stopped, keeps the list in st, and confines those named
-// for their SMs to confine percent of them (0: none; g.loop.confine). g.mu held.
-func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, confine uint32, now time.Time) {
+// that became one, logs each that stopped, keeps the list in st, confines those named
+// for their SMs to confine percent of them (0: none; g.loop.confine), and sets when those
+// no confinement protects are to be evicted (evictAfter: policy evict.kernel_risk, 0:
+// never). g.mu held.
+func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, confine uint32, evictAfter time.Duration, now time.Time) {
 	risks := st.risks[:0]
 	if len(v.online) == 0 {
 		st.span, st.busy = alloc.BusySpan{}, busy{} // the next service starts afresh
@@ -117,6 +124,7 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, confine uint32, 
 	}
 	uuid := v.status.UUID
 	g.confineRisks(v, st, risks, confineShare(confine, f.width, g.loop.allocCfg.FitMin), now)
+	g.unprotected(v, st, risks, f.width, evictAfter, now)
 	for _, r := range risks {
 		if st.risky[r.ID] {
 			continue
@@ -185,6 +193,94 @@ func (g *Guard) confineRisks(v gpuView, st *gpuState, risks []api.KernelRisk, co
 	}
 	for i := range risks {
 		risks[i].ConfinePercent = g.loop.confine[risks[i].ID]
+	}
+}
+
+// span is when a state began, and the last period it was seen in.
+type span struct{ since, last time.Time }
+
+// unprotected keeps st.unprotected (since when each container has been named for its SMs
+// without a break, and no confinement leaves the online kernels theirs: they are wider
+// than the room fit_min asks, or its libxcuda did not confine it) and sets each such
+// risk's EvictAt evictAfter after that (0: never). A risk of the memory bus is never
+// evicted for: those names are looser (docs/results.md, *Random scenarios*). g.mu held.
+func (g *Guard) unprotected(v gpuView, st *gpuState, risks []api.KernelRisk, width float64, evictAfter time.Duration, now time.Time) {
+	room := width > 0 && 1-width >= g.loop.allocCfg.FitMin
+	for i, r := range risks {
+		protected := room && r.ConfinePercent > 0 && g.loop.trust.measured[r.ID].confine == ctlblock.ConfineOn
+		if r.MemoryBus || protected {
+			continue
+		}
+		if st.unprotected == nil {
+			st.unprotected = map[string]span{}
+		}
+		s, ok := st.unprotected[r.ID]
+		if !ok || now.Before(s.since) {
+			s.since = now
+		}
+		s.last = now
+		st.unprotected[r.ID] = s
+		if evictAfter > 0 {
+			risks[i].EvictAt = s.since.Add(evictAfter)
+		}
+	}
+	for id, s := range st.unprotected {
+		if s.last != now { // not named this period, or protected: the count starts again
+			delete(st.unprotected, id)
+		}
+	}
+	for id := range st.evicted {
+		if !slices.ContainsFunc(v.offline, func(c api.Container) bool { return c.ID == id }) {
+			delete(st.evicted, id)
+		}
+	}
+}
+
+// evictRisks evicts, alone, each offline container whose kernel risk is past its EvictAt
+// (unprotected), once: the online requests keep waiting for its kernels whatever muxd
+// does, and the profile muxd measured keeps the matcher from pairing the two again. Its
+// GPU keeps admitting offline work.
+func (g *Guard) evictRisks(ctx context.Context, sv *stepView, p *policy.Policy, now time.Time) {
+	if g.Evictor == nil {
+		return
+	}
+	var due []evict.Target
+	var gpus []string
+	g.mu.Lock()
+	for _, v := range sv.views {
+		st := g.gpus[v.status.UUID]
+		if st == nil {
+			continue
+		}
+		for _, r := range st.risks {
+			if r.EvictAt.IsZero() || now.Before(r.EvictAt) || st.evicted[r.ID] {
+				continue
+			}
+			i := slices.IndexFunc(v.offline, func(c api.Container) bool { return c.ID == r.ID })
+			if i < 0 {
+				continue
+			}
+			if st.evicted == nil {
+				st.evicted = map[string]bool{}
+			}
+			st.evicted[r.ID] = true
+			c := v.offline[i]
+			due = append(due, evict.Target{ID: c.ID, Namespace: c.Namespace, PID: c.PID, Pod: c.Pod})
+			gpus = append(gpus, v.status.UUID)
+		}
+	}
+	g.mu.Unlock()
+	grace := p.Evict.Grace.D()
+	for i, t := range due {
+		uuid := gpus[i]
+		reason := fmt.Sprintf("named for %v for kernels that keep the online requests waiting, and no confinement leaves the online kernels their SMs (evict.kernel_risk)", p.Evict.KernelRisk.D())
+		g.Log.Warn("evicting an offline container the online requests wait for", "gpu", uuid, "id", t.ID, "after", p.Evict.KernelRisk.D())
+		g.event(uuid, t.ID, "evicted, alone: "+reason)
+		go func() {
+			if err := g.Evictor.EvictAlone(ctx, uuid, reason, grace, t); err != nil {
+				g.Log.Error("eviction incomplete", "id", t.ID, "err", err)
+			}
+		}()
 	}
 }
 

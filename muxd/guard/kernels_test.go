@@ -303,3 +303,85 @@ func TestConfinedJobsSplitTheShare(t *testing.T) {
 		t.Errorf("two named jobs confined to %d%% and %d%%, want a quarter each", a, b)
 	}
 }
+
+// evict.kernel_risk: a job named for its SMs, that no confinement protects the requests
+// from, is evicted alone once it has been so named that long without a break; the risk
+// says when beforehand. Protected (its libxcuda confines it into the room narrower online
+// kernels leave), or under the default 0s, it is not.
+func TestUnprotectedJobIsEvicted(t *testing.T) {
+	p := policy.Default()
+	p.Evict.KernelRisk = policy.Duration(2 * time.Second)
+	evictAt := func(f *fixture) time.Time {
+		st := f.status(t, "GPU-a")
+		if len(st.KernelRisks) != 1 {
+			return time.Time{}
+		}
+		return st.KernelRisks[0].EvictAt
+	}
+
+	// Beside GPU-filling online kernels half the SMs leave them waiting: evicted 2 s
+	// after it was first named, once.
+	named, evicted := -1, -1
+	var first, at time.Time
+	f := kernelSteps(t, p, 10000, 100, 100*time.Microsecond, 3*time.Millisecond, func(f *fixture, i int) bool {
+		if e := evictAt(f); !e.IsZero() && named < 0 {
+			named, at = i, e
+			first = f.g.loop.lastStep
+		}
+		if f.rec.ids() != "" && evicted < 0 {
+			evicted = i
+		}
+		return evicted < 0 || i < evicted+5
+	})
+	if named < 0 || at.Sub(first) != 2*time.Second {
+		t.Fatalf("named in period %d, to be evicted %v after: want 2s", named, at.Sub(first))
+	}
+	// the eviction runs beside the guard's step: seen in that period or a few later
+	if evicted-named < 20 || evicted-named > 24 {
+		t.Errorf("named in period %d, evicted in period %d: want 20 periods (2s) later", named, evicted)
+	}
+	waitFor(t, func() bool { return f.rec.ids() == "train" })
+	if st := f.status(t, "GPU-a"); !strings.Contains(st.KernelRisks[0].String(), "muxd evicts it at") {
+		t.Errorf("risk %q does not say when muxd evicts it", st.KernelRisks[0].String())
+	}
+	if !slicesContain(f.mon.events, "evicted, alone: named for 2s") {
+		t.Errorf("events %q, want one saying it was evicted and why", f.mon.events)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := f.rec.ids(); got != "train" {
+		t.Errorf("evictions %q, want train once", got)
+	}
+
+	// Beside online kernels 60% wide, a job started at 100%: confined into the 40% they
+	// leave, which its libxcuda reports, it is protected and stays.
+	f = kernelSteps(t, p, 6000, 100, 100*time.Microsecond, 3*time.Millisecond, func(f *fixture, i int) bool {
+		f.writeUsage(t, "train", func(r *ctlblock.RawUsage) { r.ConfineState = uint32(ctlblock.ConfineOn) })
+		return true
+	})
+	if c := f.blk["train"].Limits().ConfinePercent; c != 40 || !evictAt(f).IsZero() || f.rec.ids() != "" {
+		t.Errorf("confined into the room: confine_pct %d, evict at %v, evicted %q; want 40 and never", c, evictAt(f), f.rec.ids())
+	}
+	// The same job whose libxcuda could not confine it (an MPS percentage below 100):
+	// unprotected, evicted.
+	f = kernelSteps(t, p, 6000, 100, 100*time.Microsecond, 3*time.Millisecond, func(f *fixture, i int) bool {
+		f.writeUsage(t, "train", func(r *ctlblock.RawUsage) { r.ConfineState = uint32(ctlblock.ConfineMPSPct) })
+		return true
+	})
+	waitFor(t, func() bool { return f.rec.ids() == "train" })
+
+	// The default, 0s: named and confined, never evicted.
+	f = kernelFixture(t, 10000, 100, 100*time.Microsecond, 3*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	if !evictAt(f).IsZero() || f.rec.ids() != "" {
+		t.Errorf("under evict.kernel_risk = 0s: evict at %v, evicted %q; want never", evictAt(f), f.rec.ids())
+	}
+}
+
+func slicesContain(list []string, sub string) bool {
+	for _, s := range list {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
