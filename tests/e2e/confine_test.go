@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/muxflow/muxflow/monitor"
 	"github.com/muxflow/muxflow/muxd/api"
 )
 
@@ -88,5 +92,36 @@ func TestEarlyJobCannotBeConfined(t *testing.T) {
 	}
 	if !early.running() {
 		t.Errorf("the early job stopped: %s", tail(early.out.String(), 5))
+	}
+}
+
+// TestUnprotectedJobIsEvicted: under evict.kernel_risk, the confined job of
+// TestLongKernelJobIsConfined still leaves the GPU-filling online kernels half the SMs,
+// so muxd evicts it, alone, once it has been named that long: the risk says when
+// beforehand, the job gets the SIGTERM of a graceful eviction, the service keeps running
+// and an event says why.
+func TestUnprotectedJobIsEvicted(t *testing.T) {
+	n := startNodeWith(t, nodeOptions{evict: `kernel_risk = "2s"`})
+	n.signal = true
+	ctx := context.Background()
+	svc := n.fillingService("svc")
+	n.waitFor("muxd gives offline the whole GPU beside GPU-filling online kernels", 5*time.Second, func() bool {
+		return n.gpu().OfflineMPS == 100
+	})
+	job := n.longJob("job")
+	n.confinement("job", "confined")
+	if risks := n.gpu().KernelRisks; len(risks) != 1 || risks[0].EvictAt.IsZero() {
+		t.Errorf("GPU's kernel risks %+v, want the job, with when muxd evicts it", risks)
+	}
+	n.waitFor("the job evicted", 10*time.Second, func() bool { return !job.running() })
+	if ws, ok := job.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("job ended with %v, want the SIGTERM of a graceful eviction", job.cmd.ProcessState)
+	}
+	if !svc.running() {
+		t.Errorf("the service stopped: %s", tail(svc.out.String(), 5))
+	}
+	var ev []monitor.Event
+	if err := n.client.Events(ctx, &ev); err != nil || !strings.Contains(fmt.Sprint(ev), "evicted, alone: named for 2s") {
+		t.Errorf("events %+v (%v): want one saying the job was evicted and why", ev, err)
 	}
 }

@@ -52,6 +52,7 @@ period = "100ms"
 grace = %q
 backoff = "5s"
 containerd_address = %q
+%s
 `
 
 // nodeOptions vary the policy between tests.
@@ -60,6 +61,7 @@ type nodeOptions struct {
 	throttledMax time.Duration // 0: 30s
 	grace        time.Duration // 0: 3s
 	containerd   string        // containerd's socket; "": stop by pid
+	evict        string        // extra lines for [evict]
 }
 
 // startNode starts gpusimd and muxd; alloc holds extra lines for the [alloc] section.
@@ -94,7 +96,7 @@ pipe_dir = %q
 log_dir = %q
 `, filepath.Join(dir, "state"), filepath.Join(dir, "run"), filepath.Join(dir, "run", "muxd.sock"),
 		sim.Artifacts.MPSControl, sim.MPSPipeDir(), sim.MPSLogDir()) +
-		fmt.Sprintf(fastPolicy, o.throttledMax.String(), o.alloc, o.grace.String(), o.containerd)
+		fmt.Sprintf(fastPolicy, o.throttledMax.String(), o.alloc, o.grace.String(), o.containerd, o.evict)
 	if err := os.WriteFile(n.policy, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
