@@ -420,8 +420,11 @@ func policySections(s *Scenario) string {
 	m := s.Muxflow
 	dur := func(key string, d policy.Duration) string { return key + " = " + strconv.Quote(d.D().String()) + "\n" }
 	sections := ""
+	if m.KernelRisk != nil { // muxdPolicy puts what comes first under its [evict]
+		sections = dur("kernel_risk", *m.KernelRisk)
+	}
 	if m.OfflineSMMax != nil {
-		sections = "[classes.offline]\n" + percentLine("sm_max", *m.OfflineSMMax)
+		sections += "[classes.offline]\n" + percentLine("sm_max", *m.OfflineSMMax)
 	}
 	hold := ""
 	if m.HoldQueue != nil {

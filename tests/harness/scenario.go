@@ -100,6 +100,9 @@ type Alloc struct {
 	// Confine is the policy's alloc.confine: the share of the SMs a job named for kernels
 	// too long beside the online requests is confined to ("0%": never).
 	Confine *policy.Percent `toml:"confine"`
+	// KernelRisk is the policy's evict.kernel_risk: evict a job named that long for
+	// kernels no confinement protects the online requests from (0s: never).
+	KernelRisk *policy.Duration `toml:"kernel_risk"`
 	// HoldQueue is the policy's hold.queue: the GPU time an offline process keeps
 	// outstanding while online work is recent.
 	HoldQueue *policy.Duration `toml:"hold_queue"`
