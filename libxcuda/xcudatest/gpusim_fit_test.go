@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxflow/muxflow/gpusim/simclient"
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 )
 
@@ -126,24 +127,34 @@ func TestGpusimMeasuredKernels(t *testing.T) {
 	}
 	h := newHarness(t, ctlblock.Limits{ShareBP: 9000})
 	d := h.useGpusim(t)
-	out, err := h.gpusimCommand(d, "train", "--duration", "1.5", "--mem", "64M", "--kernel-us", "500",
-		"--big-share", "0.5").CombinedOutput()
-	if err != nil {
-		t.Fatalf("train: %v\n%s", err, out)
-	}
-	u := h.block.Usage()
-	if u.MeasuredLaunches < 100 {
-		t.Fatalf("%d launches measured in 1.5 s of 500 µs to 1 ms kernels at a 90%% share", u.MeasuredLaunches)
-	}
-	per := u.GPUTime / time.Duration(u.MeasuredLaunches)
-	met := time.Duration(float64(u.GPUTimeSqUS2) / float64(u.GPUTime/time.Microsecond) * float64(time.Microsecond))
-	t.Logf("%d launches measured, %v a launch, %v met at a random moment", u.MeasuredLaunches, per, met)
+	per, met := measuredTrain(t, h, d, 100)
 	if per < 675*time.Microsecond || per > 900*time.Microsecond {
 		t.Errorf("%v of GPU time per measured launch, want about 750µs", per)
 	}
 	if met < 750*time.Microsecond || met > 1000*time.Microsecond || met <= per {
 		t.Errorf("the launch in flight at a random moment runs %v, want about 833µs (and more than %v a launch)", met, per)
 	}
+}
+
+// measuredTrain runs 1.5 s of gpusim's train (500 µs kernels, half of them GPU-filling
+// two-wave ones; args add to its arguments) under h's block, and returns what the gate
+// measured: the GPU time per measured launch, and how long the launch in flight at a
+// random moment runs (GPUTimeSqUS2 over GPUTime). Fewer than least launches measured fail.
+func measuredTrain(t *testing.T, h *harness, d *simclient.Daemon, least uint64, args ...string) (per, met time.Duration) {
+	t.Helper()
+	out, err := h.gpusimCommand(d, "train", append([]string{"--duration", "1.5", "--mem", "64M",
+		"--kernel-us", "500", "--big-share", "0.5"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, out)
+	}
+	u := h.block.Usage()
+	if u.MeasuredLaunches < least {
+		t.Fatalf("%d launches measured in 1.5 s at a 90%% share, want at least %d", u.MeasuredLaunches, least)
+	}
+	per = u.GPUTime / time.Duration(u.MeasuredLaunches)
+	met = time.Duration(float64(u.GPUTimeSqUS2) / float64(u.GPUTime/time.Microsecond) * float64(time.Microsecond))
+	t.Logf("%d launches measured, %v a launch, %v met at a random moment", u.MeasuredLaunches, per, met)
+	return per, met
 }
 
 // TestGpusimGraphMeasuredByKernel: a CUDA graph launched whole is one measured launch,
@@ -162,18 +173,7 @@ func TestGpusimGraphMeasuredByKernel(t *testing.T) {
 	if err := page.SetFollowers([]uint32{1}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := off.gpusimCommand(d, "train", "--duration", "1.5", "--mem", "64M", "--kernels", "20",
-		"--kernel-us", "500", "--big-share", "0.5", "--graph").CombinedOutput()
-	if err != nil {
-		t.Fatalf("train: %v\n%s", err, out)
-	}
-	u := off.block.Usage()
-	if u.MeasuredLaunches < 20 {
-		t.Fatalf("%d graph launches measured in 1.5 s of 15 ms steps at a 90%% share", u.MeasuredLaunches)
-	}
-	per := u.GPUTime / time.Duration(u.MeasuredLaunches)
-	met := time.Duration(float64(u.GPUTimeSqUS2) / float64(u.GPUTime/time.Microsecond) * float64(time.Microsecond))
-	t.Logf("%d graph launches measured, %v a launch, %v met at a random moment", u.MeasuredLaunches, per, met)
+	per, met := measuredTrain(t, off, d, 20, "--kernels", "20", "--graph")
 	if per < 10*time.Millisecond {
 		t.Errorf("%v of GPU time per measured launch, want a whole graph's (about 15ms)", per)
 	}
