@@ -157,7 +157,7 @@ type gpuState struct {
 	// unprotected: since when each offline container has been named for its SMs, without
 	// a break, with no confinement that leaves the online kernels theirs; evicted those
 	// evicted for it (evictRisks), until they leave the GPU.
-	unprotected map[string]span
+	unprotected map[string]namedSpan
 	evicted     map[string]bool
 	// span is the online busy periods' mean length (the signal page's), busy its
 	// counters at the last read.

@@ -196,8 +196,9 @@ func (g *Guard) confineRisks(v gpuView, st *gpuState, risks []api.KernelRisk, co
 	}
 }
 
-// span is when a state began, and the last period it was seen in.
-type span struct{ since, last time.Time }
+// namedSpan is when a container began to be named unprotected, and the last period it
+// was.
+type namedSpan struct{ since, last time.Time }
 
 // unprotected keeps st.unprotected (since when each container has been named for its SMs
 // without a break, and no confinement leaves the online kernels theirs: they are wider
@@ -212,7 +213,7 @@ func (g *Guard) unprotected(v gpuView, st *gpuState, risks []api.KernelRisk, wid
 			continue
 		}
 		if st.unprotected == nil {
-			st.unprotected = map[string]span{}
+			st.unprotected = map[string]namedSpan{}
 		}
 		s, ok := st.unprotected[r.ID]
 		if !ok || now.Before(s.since) {
@@ -238,8 +239,8 @@ func (g *Guard) unprotected(v gpuView, st *gpuState, risks []api.KernelRisk, wid
 
 // evictRisks evicts, alone, each offline container whose kernel risk is past its EvictAt
 // (unprotected), once: the online requests keep waiting for its kernels whatever muxd
-// does, and the profile muxd measured keeps the matcher from pairing the two again. Its
-// GPU keeps admitting offline work.
+// does (where the matcher runs, the profile muxd measured keeps it from pairing the two
+// again). Its GPU keeps admitting offline work.
 func (g *Guard) evictRisks(ctx context.Context, sv *stepView, p *policy.Policy, now time.Time) {
 	if g.Evictor == nil {
 		return
