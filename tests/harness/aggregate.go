@@ -59,6 +59,12 @@ func (r *Report) aggregate() {
 				out.Notes = append(out.Notes, fmt.Sprintf("pass %d: %s", k+1, n))
 			}
 			out.KernelRisks = noteRisks(out.KernelRisks, x.KernelRisks)
+			for id, c := range x.Confinement {
+				if out.Confinement == nil {
+					out.Confinement = map[string]string{}
+				}
+				out.Confinement[id] = c
+			}
 		}
 		r.Results = append(r.Results, out)
 	}

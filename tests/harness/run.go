@@ -133,6 +133,9 @@ type Result struct {
 	// as keeping the online requests waiting for their kernels whatever their share
 	// (the latest report of each; muxflow strategies only).
 	KernelRisks []api.KernelRisk
+	// Confinement is, per container muxd confined among those, what its libxcuda last
+	// reported of it ("confined", or why not; api.Usage.Confine).
+	Confinement map[string]string `json:",omitempty"`
 }
 
 // noteRisks adds to seen the kernel risks of one reading, replacing an earlier report of
@@ -623,7 +626,7 @@ func (r *Runner) runStrategy(ctx context.Context, st Strategy, alone []float64, 
 			res.SMActivity = (dev1.smNs - dev0.smNs) / w / float64(dev1.sms)
 		}
 	}
-	res.Samples, res.Changes, res.KernelRisks = smp.samples, smp.changes, smp.risks
+	res.Samples, res.Changes, res.KernelRisks, res.Confinement = smp.samples, smp.changes, smp.risks, smp.confine
 	if tracePath != "" {
 		f, err := os.Open(tracePath)
 		if err != nil {
@@ -724,7 +727,8 @@ type sampler struct {
 	// changes of the ceiling muxd reported, and the time of the latest
 	changes    []CeilingChange
 	lastChange time.Time
-	risks      []api.KernelRisk // the latest report of each container muxd named
+	risks      []api.KernelRisk  // the latest report of each container muxd named
+	confine    map[string]string // what the confined ones' libxcuda last reported
 	// totals over the samples that saw the online process
 	busyNs, requests float64
 }
@@ -777,6 +781,14 @@ func (sm *sampler) run(ctx context.Context, every time.Duration) {
 					sm.changes = append(sm.changes, CeilingChange{T: c.At.Sub(sm.start.at), From: c.From, To: c.To, Demand: c.Demand, Reason: c.Reason, Detail: c.Detail})
 				}
 				sm.risks = noteRisks(sm.risks, g[0].KernelRisks)
+				for _, r := range g[0].KernelRisks {
+					if c, err := sm.n.client.Container(ctx, r.ID); err == nil && r.ConfinePercent > 0 && c.Usage != nil && c.Usage.Confine != "" {
+						if sm.confine == nil {
+							sm.confine = map[string]string{}
+						}
+						sm.confine[r.ID] = c.Usage.Confine
+					}
+				}
 			}
 		}
 		sm.samples = append(sm.samples, smp)

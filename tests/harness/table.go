@@ -128,7 +128,11 @@ func (r *Report) writeLegend(w io.Writer, bullet string) {
 			fmt.Fprintf(w, "%s%s: %s\n", bullet, x.Strategy, n)
 		}
 		for _, k := range x.KernelRisks {
-			fmt.Fprintf(w, "%s%s: muxd said the online requests are at risk: offline %s: %s\n", bullet, x.Strategy, k.ID, k)
+			its := ""
+			if c, ok := x.Confinement[k.ID]; ok {
+				its = "; its libxcuda: " + c
+			}
+			fmt.Fprintf(w, "%s%s: muxd said the online requests are at risk: offline %s: %s%s\n", bullet, x.Strategy, k.ID, k, its)
 		}
 	}
 	if len(r.Passes) > 1 {
