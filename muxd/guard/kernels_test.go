@@ -324,23 +324,25 @@ func TestUnprotectedJobIsEvicted(t *testing.T) {
 	named, evicted := -1, -1
 	var first, at time.Time
 	f := kernelSteps(t, p, 10000, 100, 100*time.Microsecond, 3*time.Millisecond, func(f *fixture, i int) bool {
+		now := f.g.loop.lastStep
 		if e := evictAt(f); !e.IsZero() && named < 0 {
-			named, at = i, e
-			first = f.g.loop.lastStep
+			named, at, first = i, e, now
 		}
-		if f.rec.ids() != "" && evicted < 0 {
+		switch {
+		case named < 0 || now.Before(at):
+			if got := f.rec.ids(); got != "" {
+				t.Fatalf("evicted (%q) in period %d, before %v", got, i, at)
+			}
+		case evicted < 0:
+			// the eviction runs beside the guard's step
+			waitFor(t, func() bool { return f.rec.ids() != "" })
 			evicted = i
 		}
 		return evicted < 0 || i < evicted+5
 	})
-	if named < 0 || at.Sub(first) != 2*time.Second {
-		t.Fatalf("named in period %d, to be evicted %v after: want 2s", named, at.Sub(first))
+	if named < 0 || at.Sub(first) != 2*time.Second || evicted-named != 20 {
+		t.Fatalf("named in period %d, evicted in period %d, at %v after: want 20 periods, 2s", named, evicted, at.Sub(first))
 	}
-	// the eviction runs beside the guard's step: seen in that period or a few later
-	if evicted-named < 20 || evicted-named > 24 {
-		t.Errorf("named in period %d, evicted in period %d: want 20 periods (2s) later", named, evicted)
-	}
-	waitFor(t, func() bool { return f.rec.ids() == "train" })
 	if st := f.status(t, "GPU-a"); !strings.Contains(st.KernelRisks[0].String(), "muxd evicts it at") {
 		t.Errorf("risk %q does not say when muxd evicts it", st.KernelRisks[0].String())
 	}
