@@ -71,6 +71,8 @@ func TestParseErrors(t *testing.T) {
 		{"type: hold ahead", "[hold]\nahead = \"yes\"\n", []string{"line 2", "hold.ahead"}},
 		{"range: fit_min", "[alloc]\nfit_min = \"0%\"\n", []string{"line 2", "alloc.fit_min", "between 1% and 100%"}},
 		{"range: confine", "[alloc]\nconfine = \"100%\"\n", []string{"line 2", "alloc.confine", "below 100%"}},
+		{"range: kernel_risk", "[evict]\nkernel_risk = \"25h\"\n", []string{"line 2", "evict.kernel_risk", "at most 24h", "got 25h0m0s"}},
+		{"negative kernel_risk", "[evict]\nkernel_risk = \"-1s\"\n", []string{"evict.kernel_risk", "negative"}},
 		{"type: fit", "[alloc]\nfit = \"yes\"\n", []string{"line 2", "alloc.fit"}},
 		{"class default", "[classify]\ndefault = \"batch\"\n", []string{"classify.default"}},
 		{"annotation key", "[classify]\nclass_annotation = \"a b\"\n", []string{"classify.class_annotation"}},
