@@ -230,11 +230,6 @@ func (g *Guard) unprotected(v gpuView, st *gpuState, risks []api.KernelRisk, wid
 			delete(st.unprotected, id)
 		}
 	}
-	for id := range st.evicted {
-		if !slices.ContainsFunc(v.offline, func(c api.Container) bool { return c.ID == id }) {
-			delete(st.evicted, id)
-		}
-	}
 }
 
 // evictRisks evicts, alone, each offline container whose kernel risk is past its EvictAt
@@ -252,6 +247,11 @@ func (g *Guard) evictRisks(ctx context.Context, sv *stepView, p *policy.Policy, 
 		st := g.gpus[v.status.UUID]
 		if st == nil {
 			continue
+		}
+		for id := range st.evicted { // gone from the GPU: forgotten
+			if !slices.ContainsFunc(v.offline, func(c api.Container) bool { return c.ID == id }) {
+				delete(st.evicted, id)
+			}
 		}
 		for _, r := range st.risks {
 			if r.EvictAt.IsZero() || now.Before(r.EvictAt) || st.evicted[r.ID] {

@@ -346,7 +346,7 @@ func TestUnprotectedJobIsEvicted(t *testing.T) {
 	if st := f.status(t, "GPU-a"); !strings.Contains(st.KernelRisks[0].String(), "muxd evicts it at") {
 		t.Errorf("risk %q does not say when muxd evicts it", st.KernelRisks[0].String())
 	}
-	if !slicesContain(f.mon.events, "evicted, alone: named for 2s") {
+	if !strings.Contains(f.mon.eventLog(), "evicted, alone: named for 2s") {
 		t.Errorf("events %q, want one saying it was evicted and why", f.mon.events)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -377,13 +377,4 @@ func TestUnprotectedJobIsEvicted(t *testing.T) {
 	if !evictAt(f).IsZero() || f.rec.ids() != "" {
 		t.Errorf("under evict.kernel_risk = 0s: evict at %v, evicted %q; want never", evictAt(f), f.rec.ids())
 	}
-}
-
-func slicesContain(list []string, sub string) bool {
-	for _, s := range list {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 )
@@ -59,11 +60,11 @@ func (r *Report) aggregate() {
 				out.Notes = append(out.Notes, fmt.Sprintf("pass %d: %s", k+1, n))
 			}
 			out.KernelRisks = noteRisks(out.KernelRisks, x.KernelRisks)
-			for id, c := range x.Confinement {
+			if len(x.Confinement) > 0 {
 				if out.Confinement == nil {
 					out.Confinement = map[string]string{}
 				}
-				out.Confinement[id] = c
+				maps.Copy(out.Confinement, x.Confinement)
 			}
 		}
 		r.Results = append(r.Results, out)

@@ -571,6 +571,7 @@ hold_queue = "200us"
 hold_linger = "1ms"
 hold_period = "50ms"
 hold_max = "90%"
+kernel_risk = "30s"
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -580,8 +581,8 @@ hold_max = "90%"
 		t.Fatalf("the scenario's policy sections do not parse: %v\n%s", err, policySections(s))
 	}
 	got := []any{float64(p.Classes.Offline.SMMax), p.Hold.Queue.D(), p.Hold.Linger.D(),
-		p.Hold.Period.D(), float64(p.Hold.Max)}
-	want := []any{60.0, 200 * time.Microsecond, time.Millisecond, 50 * time.Millisecond, 90.0}
+		p.Hold.Period.D(), float64(p.Hold.Max), p.Evict.KernelRisk.D(), p.Evict.ContainerdAddress}
+	want := []any{60.0, 200 * time.Microsecond, time.Millisecond, 50 * time.Millisecond, 90.0, 30 * time.Second, ""}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("policy (-want +got):\n%s", d)
 	}

@@ -135,8 +135,6 @@ log_dir = %q
 period = "100ms"
 [alloc]
 %s
-[evict]
-containerd_address = ""
 %s`
 
 func (n *node) startMuxd(ctx context.Context, alloc, sections string) error {
@@ -415,13 +413,14 @@ func allocSection(s *Scenario, static bool) string {
 	return text
 }
 
-// policySections is the policy text, beyond [alloc], that a scenario's [muxflow] keys set.
+// policySections is the policy text beyond [alloc]: muxd stops evicted work by pid (no
+// containerd), and what a scenario's [muxflow] keys set.
 func policySections(s *Scenario) string {
 	m := s.Muxflow
 	dur := func(key string, d policy.Duration) string { return key + " = " + strconv.Quote(d.D().String()) + "\n" }
-	sections := ""
-	if m.KernelRisk != nil { // muxdPolicy puts what comes first under its [evict]
-		sections = dur("kernel_risk", *m.KernelRisk)
+	sections := "[evict]\ncontainerd_address = \"\"\n"
+	if m.KernelRisk != nil {
+		sections += dur("kernel_risk", *m.KernelRisk)
 	}
 	if m.OfflineSMMax != nil {
 		sections += "[classes.offline]\n" + percentLine("sm_max", *m.OfflineSMMax)

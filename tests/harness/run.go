@@ -782,7 +782,10 @@ func (sm *sampler) run(ctx context.Context, every time.Duration) {
 				}
 				sm.risks = noteRisks(sm.risks, g[0].KernelRisks)
 				for _, r := range g[0].KernelRisks {
-					if c, err := sm.n.client.Container(ctx, r.ID); err == nil && r.ConfinePercent > 0 && c.Usage != nil && c.Usage.Confine != "" {
+					if r.ConfinePercent == 0 {
+						continue
+					}
+					if c, err := sm.n.client.Container(ctx, r.ID); err == nil && c.Usage != nil && c.Usage.Confine != "" {
 						if sm.confine == nil {
 							sm.confine = map[string]string{}
 						}
