@@ -26,8 +26,10 @@ import (
 // blocks may hold the SMs the online kernels need, the guard confines its kernels while it
 // is named, and ConfineHold after, to part of the SMs (confineShare; libxcuda launches
 // them into a green context of that size), so that an online kernel arriving while one
-// runs finds the rest free. A risk of the memory bus is not confined (fewer SMs move as
-// many bytes), and pairing the job elsewhere stays the matcher's cure.
+// runs finds the rest free. A risk of the memory bus is not confined: the guard names one
+// only where the job's MPS percentage fits the room the online kernels leave, below 100
+// under the class's sm_max, and MPS then ignores green contexts. Its sm-percent from its
+// start (fewer SMs ask less bandwidth) or another pairing is the cure.
 
 // ConfineHold is how long an offline container stays confined after it was last named:
 // a period without a measurement (the service idle, the job between steps) does not

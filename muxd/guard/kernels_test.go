@@ -219,7 +219,8 @@ func TestKernelRisksFromHostileCounters(t *testing.T) {
 // or to what narrower ones leave (its block's confine_pct, which libxcuda turns into a
 // green context), says so in its ceiling, its risk and the event, and is released
 // ConfineHold after its kernels stop being too long. A job named for the memory bus alone
-// is not confined (fewer SMs move as many bytes), nor is any job under alloc.confine = 0%.
+// is not confined (its MPS percentage fits the room, so MPS would ignore a green context),
+// nor is any job under alloc.confine = 0%.
 func TestRiskyJobIsConfined(t *testing.T) {
 	confine := func(f *fixture) uint32 { return f.blk["train"].Limits().ConfinePercent }
 	f := kernelFixture(t, 10000, 100, 100*time.Microsecond, 3*time.Millisecond)
