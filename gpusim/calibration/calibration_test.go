@@ -13,8 +13,9 @@ import (
 // fails when any is off by more than Tolerance. The machine's load can only
 // delay the simulated processes (three MPS clients that wait for the CPU overlap
 // less: on the 2-core VM nos_mps_3 read 1.45-1.53 of a published 1.86 in
-// consecutive runs, on the edge of the tolerance), so a point that misses is
-// played up to twice more before it counts.
+// consecutive runs, on the edge of the tolerance, and 1.47 beside the other
+// packages' tests), so a point that misses is played up to twice more before it
+// counts, and make test runs this package on its own.
 func TestShortCalibration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays published measurements in real time")
