@@ -45,8 +45,10 @@ test: deps build $(CONTAINERD2) go-test c-test k8s-e2e docs-test
 # The calibration test replays published measurements in real time, with simulated
 # processes that need the CPU: it runs on its own after the other packages, whose tests
 # would otherwise take that CPU and skew its points (nos_mps_3 read -21% beside them).
+# (The package list is taken first, so that a failing `go list` fails the target instead
+# of leaving `go test` an empty list, which would test only the root package.)
 go-test:
-	MUXFLOW_BUILD=$(BUILD) $(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v '/gpusim/calibration$$')
+	pkgs=$$($(GO) list ./...) && MUXFLOW_BUILD=$(BUILD) $(GO) test $(GOTEST_FLAGS) $$(echo "$$pkgs" | grep -v '/gpusim/calibration$$')
 	MUXFLOW_BUILD=$(BUILD) $(GO) test $(GOTEST_FLAGS) ./gpusim/calibration
 
 c-test:
