@@ -18,7 +18,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -583,20 +582,8 @@ func Run(ctx context.Context, args []string) error {
 	maxPending := fs.Int("max-pending", 1024, "queued operations per process before launches block")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	opTrace := fs.String("op-trace", "", "write one CSV line per finished GPU operation to this file (explaining a slow request)")
-	procs := fs.Int("procs", 1, "CPUs gpusimd's own code may run on at once (GOMAXPROCS; 0: every CPU)")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	if *procs < 0 {
-		return fmt.Errorf("-procs %d: want 0 (every CPU) or more", *procs)
-	}
-	if *procs > 0 {
-		// gpusimd stands in for hardware that needs no host CPU, so its own work should
-		// take as little from the workloads as it can. Each message wakes a goroutine;
-		// with one P the wake stays on the thread that read it instead of waking another
-		// on the other CPU, and the workloads keep the CPUs gpusimd does not use
-		// (README.md, *Host CPU*).
-		runtime.GOMAXPROCS(*procs)
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {

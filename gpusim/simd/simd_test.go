@@ -235,39 +235,6 @@ func TestParseGPUs(t *testing.T) {
 	}
 }
 
-// TestRunProcs: -procs sets how many CPUs gpusimd's Go code runs on (its default, 1,
-// keeps the simulator's own wake-ups off the workloads' CPUs), and a negative count is
-// refused by name.
-func TestRunProcs(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	if err := Run(context.Background(), []string{"-procs", "-1"}); err == nil || !strings.Contains(err.Error(), "-procs -1") {
-		t.Errorf("-procs -1: %v, want an error naming it", err)
-	}
-	// A GPU profile that does not exist stops Run after the flags took effect.
-	for _, tc := range []struct {
-		args []string
-		want int
-	}{
-		{[]string{"-gpus", "nonesuch"}, 1},
-		{[]string{"-procs", "2", "-gpus", "nonesuch"}, 2},
-	} {
-		runtime.GOMAXPROCS(7)
-		if err := Run(context.Background(), tc.args); err == nil {
-			t.Fatalf("%v: no error for an unknown GPU", tc.args)
-		}
-		if got := runtime.GOMAXPROCS(0); got != tc.want {
-			t.Errorf("%v: GOMAXPROCS %d, want %d", tc.args, got, tc.want)
-		}
-	}
-	runtime.GOMAXPROCS(7)
-	if err := Run(context.Background(), []string{"-procs", "0", "-gpus", "nonesuch"}); err == nil {
-		t.Fatal("-procs 0: no error for an unknown GPU")
-	}
-	if got := runtime.GOMAXPROCS(0); got != 7 {
-		t.Errorf("-procs 0 changed GOMAXPROCS to %d; it leaves Go's own setting", got)
-	}
-}
-
 // TestPeerCredentialIsTheIdentity: gpusimd files a process under the pid and uid the
 // kernel gives for its connection (SO_PEERCRED), not under what it says about itself —
 // inside a container getpid() is the container's pid, not the host's.
