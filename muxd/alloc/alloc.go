@@ -120,6 +120,12 @@ type Input struct {
 	// with RateKnown unset means unknown, and the burst detector sits out).
 	OnlineLaunchRate float64
 	RateKnown        bool
+	// OnlineSpans is how many online busy periods (from the first launch after the
+	// online stream was idle to its next idle) ended in the period, as the signal page
+	// counts them; SpansKnown says they were counted. Launches per span are the
+	// requests' clump size, which the burst test divides the launch count by.
+	OnlineSpans uint64
+	SpansKnown  bool
 	// Period is how long the launch rate was measured over (0: 100ms).
 	Period time.Duration
 	Health Health
@@ -193,7 +199,10 @@ const (
 )
 
 const (
-	rateAlpha    = 0.05 // the calm launch rate follows over ~20 periods
+	rateAlpha  = 0.05 // the calm launch rate follows over ~20 periods
+	clumpAlpha = 0.05 // launches per busy span, over ~20 periods
+	// maxClump bounds the clump size an online container's spans can claim.
+	maxClump     = 1024
 	dispAlpha    = 0.02 // the dispersion over ~50
 	costAlpha    = 0.1
 	patternAlpha = 0.3 // a day's observation moves the learned pattern by 30%
@@ -226,7 +235,10 @@ type detector struct {
 	preBurst float64   // the calm demand estimate when the burst started
 	burstN   float64   // launches counted in the burst so far, over burstT seconds
 	burstT   float64
-	hist     []period // the latest periods, newest last
+	// clumpN and clumpS are decayed sums of launches and of online busy spans, for
+	// the requests' clump size (launches per span).
+	clumpN, clumpS float64
+	hist           []period // the latest periods, newest last
 }
 
 // GPU is the allocator's state for one GPU. The zero value is not usable; use New.
@@ -349,9 +361,17 @@ func (g *GPU) demand(in Input, d *Decision) {
 	hot, z := false, 0.0
 	if r >= 0 {
 		n := r * sec
-		exp := det.mu * sec
+		if in.SpansKnown {
+			det.clumpN = (1-clumpAlpha)*det.clumpN + n
+			det.clumpS = (1-clumpAlpha)*det.clumpS + float64(in.OnlineSpans)
+		}
 		if det.seen >= Warmup {
-			z = poissonZ(n/det.disp, exp/det.disp)
+			// In requests: n over the dispersion, or over the clump size where that
+			// is larger. The calm rate averages ~1/rateAlpha periods; fewer than one
+			// request in them is too little evidence of a quiet service to call its
+			// next request a burst, so the prediction is at least one in them.
+			D := math.Max(det.disp, det.clump())
+			z = poissonZ(n/D, math.Max(det.mu*sec/D, rateAlpha))
 			det.cusum = math.Max(0, det.cusum+z-CusumK)
 			hot = z >= ZAlarm || det.cusum >= CusumH
 		}
@@ -577,6 +597,15 @@ func gammaP(a, x float64) float64 {
 		}
 	}
 	return math.Max(0, 1-front*h)
+}
+
+// clump is the online requests' launches per busy span, 1..maxClump; 1 until a span
+// was seen.
+func (det *detector) clump() float64 {
+	if det.clumpS < 0.5 {
+		return 1
+	}
+	return clamp(det.clumpN/det.clumpS, 1, maxClump)
 }
 
 // windowRate is the launch rate over the latest w of periods (0 without any).

@@ -36,13 +36,14 @@ type stream struct {
 	kernels int
 	cost    float64
 	jitter  float64
+	spans   bool // report each request as one online busy span
 	now     time.Time
 	busy    []float64 // GPU seconds used in each of the latest periods
 	dts     []float64
 }
 
 func newStream(seed uint64, kernels int, cost, jitter float64) *stream {
-	return &stream{rng: rand.New(rand.NewPCG(seed, 7)), kernels: kernels, cost: cost, jitter: jitter, now: t0}
+	return &stream{rng: rand.New(rand.NewPCG(seed, 7)), kernels: kernels, cost: cost, jitter: jitter, now: t0, spans: true}
 }
 
 // next returns the next period's input at requests/s qps.
@@ -59,7 +60,8 @@ func (s *stream) next(qps float64) Input {
 	}
 	s.now = s.now.Add(time.Duration(dt * 1e9))
 	return Input{Now: s.now, Online: true, OnlineUtil: math.Min(b/math.Max(w, 1), 1),
-		OnlineLaunchRate: launches / dt, RateKnown: true, Period: time.Duration(dt * 1e9)}
+		OnlineLaunchRate: launches / dt, RateKnown: true, Period: time.Duration(dt * 1e9),
+		OnlineSpans: uint64(req), SpansKnown: s.spans}
 }
 
 // FalseBurstBound is the most false bursts (burst onsets in a stationary Poisson
@@ -276,5 +278,64 @@ func TestDynamicBeatsStaticOnBursts(t *testing.T) {
 	}
 	if late > 0 {
 		t.Errorf("%d burst periods not cut", late)
+	}
+}
+
+// TestQuietClumpyServiceIsNotABurst: a service that starts idle and then takes a few
+// requests a second, each 24 kernels of 3 ms (a whole GPU for 72 ms), is calm: its
+// launch count comes in clumps of 24, and a calm rate learned while it was idle is too
+// little evidence to call its next request a burst. Without the busy spans (the clump
+// size unknown) half of its periods read as bursts. A real rise, to 10× as many
+// requests, is still a burst within a few periods.
+func TestQuietClumpyServiceIsNotABurst(t *testing.T) {
+	const idle, calm, rise = 30, 600, 20
+	run := func(spans bool, seed uint64) (calmBursts, requests, detectedAt int) {
+		s := newStream(seed, 24, 3e-3, 0.1)
+		s.spans = spans
+		g := New(cfg())
+		for range idle {
+			g.Step(s.next(0))
+		}
+		for range calm {
+			in := s.next(4)
+			if g.Step(in).Burst {
+				calmBursts++
+			}
+			requests += int(in.OnlineSpans)
+		}
+		detectedAt = -1
+		for p := range rise {
+			if g.Step(s.next(40)).Burst && detectedAt < 0 {
+				detectedAt = p + 1
+			}
+		}
+		return calmBursts, requests, detectedAt
+	}
+	var withSpans, without, reqs int
+	var delays []int
+	for seed := range uint64(20) {
+		b, n, at := run(true, seed+9000)
+		withSpans += b
+		reqs += n
+		if at < 0 {
+			at = 99
+		}
+		delays = append(delays, at)
+		b, _, _ = run(false, seed+9000)
+		without += b
+	}
+	slices.Sort(delays)
+	t.Logf("%d requests in calm periods: %d periods in a burst with busy spans, %d without; a 10× rise read as a burst after median %d periods (99: not in %d)",
+		reqs, withSpans, without, delays[len(delays)/2], rise)
+	if withSpans > 20*calm/100 {
+		t.Errorf("%d of %d calm periods in a burst, want ≤ 1%%", withSpans, 20*calm)
+	}
+	if without < 10*withSpans+20*calm/20 {
+		t.Errorf("without busy spans only %d calm periods in a burst: the test does not show the clumps", without)
+	}
+	// The calm rate learns the rise while the CUSUM builds up; in a few trials it
+	// wins (NVML's utilisation then shows the rise within a second).
+	if p90 := delays[len(delays)*9/10-1]; p90 > 5 {
+		t.Errorf("a 10× rise was read as a burst after %d periods in 90%% of trials, want ≤ 5", p90)
 	}
 }

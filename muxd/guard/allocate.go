@@ -73,6 +73,7 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, p *policy.Poli
 			if in.RateKnown {
 				in.Period = time.Duration(dt * float64(time.Second))
 			}
+			in.OnlineSpans, in.SpansKnown = g.observeSpans(v, st)
 		} else {
 			// The next online container starts from a clean slate.
 			st.haveGood, st.lastGood, st.source, st.failing = false, 0, "", false

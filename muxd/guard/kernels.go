@@ -75,21 +75,24 @@ type busy struct {
 	read      bool
 }
 
-// observeSpans takes the GPU's online busy periods since the last period into st.span.
-// The slot is the online containers' to write: a count that went back starts a new
-// baseline, and alloc.BusySpan clamps what is left.
-func (g *Guard) observeSpans(v gpuView, st *gpuState) {
+// observeSpans takes the GPU's online busy periods since the last period into st.span
+// and returns how many ended (known: they were counted). The slot is the online
+// containers' to write: a count that went back starts a new baseline, and
+// alloc.BusySpan and the allocator clamp what is left.
+func (g *Guard) observeSpans(v gpuView, st *gpuState) (spans uint64, known bool) {
 	src, ok := g.Blocks.(onlineBusy)
 	if !ok {
-		return
+		return 0, false
 	}
-	ns, spans := src.OnlineBusy(v.status.Index)
+	ns, total := src.OnlineBusy(v.status.Index)
 	prev := st.busy
-	st.busy = busy{ns, spans, true}
-	if !prev.read || spans < prev.spans || ns < prev.ns {
-		return
+	st.busy = busy{ns, total, true}
+	if !prev.read || total < prev.spans || ns < prev.ns {
+		return 0, false
 	}
-	st.span.Observe(time.Duration(min(ns-prev.ns, math.MaxInt64)), spans-prev.spans)
+	spans = total - prev.spans
+	st.span.Observe(time.Duration(min(ns-prev.ns, math.MaxInt64)), spans)
+	return spans, true
 }
 
 // kernelRisks lists the GPU's offline containers whose kernels no share keeps from
@@ -102,8 +105,6 @@ func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, confine uint32, 
 	risks := st.risks[:0]
 	if len(v.online) == 0 {
 		st.span, st.busy = alloc.BusySpan{}, busy{} // the next service starts afresh
-	} else {
-		g.observeSpans(v, st)
 	}
 	if request := st.span.Mean(); len(v.online) > 0 && f.width > 0 && request > 0 {
 		for _, c := range v.offline {
