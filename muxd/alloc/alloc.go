@@ -24,8 +24,13 @@
 //     higher), and the share returns to its calm value at once.
 //
 // The noise test: requests arrive as a Poisson process and each launches a few kernels,
-// so the count n in a period is over-dispersed Poisson with variance D·mean, D (≥ 1)
-// learned: n/D is taken as Poisson with mean μ·dt/D (μ the calm launch rate). z is the
+// so the count n in a period is over-dispersed Poisson with variance D·mean: n/D is taken
+// as Poisson with mean μ·dt/D (μ the calm launch rate), a count of requests. D (≥ 1) is
+// the dispersion learned in calm periods, or the requests' clump size (launches per
+// online busy span, from the signal page) where larger: at a few requests a second the
+// calm periods are the empty ones, which teach no dispersion. The mean is at least one
+// request in the ~20 periods μ averages (rateAlpha), since a rate learned while the
+// service was idle is no evidence that its next request is a burst. z is the
 // normal quantile of the exact Poisson upper tail P(X ≥ n/D), so it means the same at 1
 // request a period as at 100; a period is a burst when z ≥ ZAlarm or the CUSUM
 // S = max(0, S + z − CusumK) reaches CusumH. With the constants below, simulated Poisson

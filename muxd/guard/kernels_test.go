@@ -9,6 +9,7 @@ import (
 
 	"github.com/muxflow/muxflow/libxcuda/ctlblock"
 	"github.com/muxflow/muxflow/monitor"
+	"github.com/muxflow/muxflow/muxd/alloc"
 	"github.com/muxflow/muxflow/muxd/api"
 	"github.com/muxflow/muxflow/muxd/workloadprofile"
 	"github.com/muxflow/muxflow/policy"
@@ -377,5 +378,43 @@ func TestUnprotectedJobIsEvicted(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if !evictAt(f).IsZero() || f.rec.ids() != "" {
 		t.Errorf("under evict.kernel_risk = 0s: evict at %v, evicted %q; want never", evictAt(f), f.rec.ids())
+	}
+}
+
+// The burst test counts requests by the online busy spans the signal page publishes: a
+// service that starts idle and then takes a request of 24 kernels every third period
+// is calm when its spans are published, and reads as a burst at each request when
+// they are not (the launch count alone cannot tell 24 kernels of one request from a
+// surge of requests).
+func TestBurstTestCountsRequestsByBusySpans(t *testing.T) {
+	for _, published := range []bool{true, false} {
+		f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
+		bb := &busyBlocks{fakeBlocks: f.blk}
+		f.g.Blocks = bb
+		now := time.Now()
+		for i := range 150 {
+			f.mon.set(0, monitor.Healthy, 20)
+			f.writeUsage(t, "svc", func(r *ctlblock.RawUsage) {
+				if i >= 30 && i%3 == 0 {
+					r.Launches += 24
+				}
+			})
+			if published && i >= 30 && i%3 == 0 {
+				bb.ns, bb.spans = bb.ns+uint64(72*time.Millisecond), bb.spans+1
+			}
+			f.g.Step(context.Background(), now.Add(time.Duration(i)*100*time.Millisecond))
+		}
+		bursts := 0
+		for _, c := range f.status(t, "GPU-a").History {
+			if c.Reason == string(alloc.ReasonBurst) {
+				bursts++
+			}
+		}
+		switch {
+		case published && bursts > 0:
+			t.Errorf("spans published: %d bursts, want none", bursts)
+		case !published && bursts < 10:
+			t.Errorf("no spans published: %d bursts, want one at most requests (the test shows nothing)", bursts)
+		}
 	}
 }
