@@ -127,8 +127,10 @@ type Input struct {
 	RateKnown        bool
 	// OnlineSpans is how many online busy periods (from the first launch after the
 	// online stream was idle to its next idle) ended in the period, as the signal page
-	// counts them; SpansKnown says they were counted. Launches per span are the
-	// requests' clump size, which the burst test divides the launch count by.
+	// counts them; SpansKnown says they were counted (libxcuda counts them only while
+	// an offline process follows the GPU; meanwhile the last clump size is kept).
+	// Launches per span are the requests' clump size, which the burst test divides the
+	// launch count by.
 	OnlineSpans uint64
 	SpansKnown  bool
 	// Period is how long the launch rate was measured over (0: 100ms).
@@ -204,10 +206,8 @@ const (
 )
 
 const (
-	rateAlpha  = 0.05 // the calm launch rate follows over ~20 periods
-	clumpAlpha = 0.05 // launches per busy span, over ~20 periods
-	// maxClump bounds the clump size an online container's spans can claim.
-	maxClump     = 1024
+	rateAlpha    = 0.05 // the calm launch rate follows over ~20 periods
+	clumpAlpha   = 0.05 // launches per busy span, over ~20 periods
 	dispAlpha    = 0.02 // the dispersion over ~50
 	costAlpha    = 0.1
 	patternAlpha = 0.3 // a day's observation moves the learned pattern by 30%
@@ -220,6 +220,9 @@ const (
 	defaultDT    = 100 * time.Millisecond
 	histLen      = 64
 )
+
+// maxClump bounds the clump size an online container's busy spans can claim.
+const maxClump = 1024
 
 type period struct {
 	rate float64

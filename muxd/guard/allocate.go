@@ -73,7 +73,10 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, p *policy.Poli
 			if in.RateKnown {
 				in.Period = time.Duration(dt * float64(time.Second))
 			}
-			in.OnlineSpans, in.SpansKnown = g.observeSpans(v, st)
+			// The online side counts busy spans only while an offline process
+			// follows the GPU.
+			spans, known := g.observeSpans(v, st)
+			in.OnlineSpans, in.SpansKnown = spans, known && len(v.offline) > 0
 		} else {
 			// The next online container starts from a clean slate.
 			st.haveGood, st.lastGood, st.source, st.failing = false, 0, "", false
