@@ -81,6 +81,7 @@ func (g *Guard) allocate(sv *stepView, r *usageReads, dt float64, p *policy.Poli
 			// The next online container starts from a clean slate.
 			st.haveGood, st.lastGood, st.source, st.failing = false, 0, "", false
 			st.width, st.bus = alloc.Width{}, alloc.Bus{}
+			st.span, st.busy = alloc.BusySpan{}, busy{}
 		}
 		a := g.loop.allocs[uuid]
 		if a == nil {

@@ -103,9 +103,6 @@ func (g *Guard) observeSpans(v gpuView, st *gpuState) (spans uint64, known bool)
 // never). g.mu held.
 func (g *Guard) kernelRisks(v gpuView, st *gpuState, f *mpsFit, confine uint32, evictAfter time.Duration, now time.Time) {
 	risks := st.risks[:0]
-	if len(v.online) == 0 {
-		st.span, st.busy = alloc.BusySpan{}, busy{} // the next service starts afresh
-	}
 	if request := st.span.Mean(); len(v.online) > 0 && f.width > 0 && request > 0 {
 		for _, c := range v.offline {
 			lt := g.loop.trust.launchTime[c.ID]

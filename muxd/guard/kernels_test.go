@@ -28,6 +28,13 @@ func (b *busyBlocks) OnlineBusy(i int) (uint64, uint64) {
 	return b.ns, b.spans
 }
 
+// publishBusy gives the fixture's guard blocks that publish GPU 0's online busy periods.
+func (f *fixture) publishBusy() *busyBlocks {
+	bb := &busyBlocks{fakeBlocks: f.blk}
+	f.g.Blocks = bb
+	return bb
+}
+
 // kernelFixture runs 4 s of 100 ms periods of an online service ("svc", kernels width
 // basis points wide, requests of request each, ten a period, published as busy periods
 // unless request is 0) beside an offline job ("train", created at started percent of the
@@ -60,8 +67,7 @@ func kernelSteps(t *testing.T, p *policy.Policy, width, started uint32, request,
 	for _, id := range jobs {
 		f.startedAt(t, id, started)
 	}
-	bb := &busyBlocks{fakeBlocks: f.blk}
-	f.g.Blocks = bb
+	bb := f.publishBusy()
 	f.g.Profiler = workloadprofile.New()
 	now := time.Now()
 	for i := range 40 {
@@ -171,8 +177,7 @@ func TestKernelRisks(t *testing.T) {
 // there crashes the guard or names a neighbour.
 func TestKernelRisksFromHostileCounters(t *testing.T) {
 	f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"), running("other", api.Offline, 201, "0"))
-	bb := &busyBlocks{fakeBlocks: f.blk}
-	f.g.Blocks = bb
+	bb := f.publishBusy()
 	now := time.Now()
 	for i := range 40 {
 		f.mon.set(0, monitor.Healthy, 20)
@@ -389,8 +394,7 @@ func TestUnprotectedJobIsEvicted(t *testing.T) {
 func TestBurstTestCountsRequestsByBusySpans(t *testing.T) {
 	for _, published := range []bool{true, false} {
 		f := setup(t, running("svc", api.Online, 100, "0"), running("train", api.Offline, 200, "0"))
-		bb := &busyBlocks{fakeBlocks: f.blk}
-		f.g.Blocks = bb
+		bb := f.publishBusy()
 		now := time.Now()
 		for i := range 150 {
 			f.mon.set(0, monitor.Healthy, 20)
